@@ -101,14 +101,8 @@ impl Syndrome {
             1 => Ok(Syndrome::RnrNak { timer: low }),
             3 => NakCode::from_u8(low)
                 .map(Syndrome::Nak)
-                .ok_or(WireError::AethSyndrome {
-                    syndrome: s,
-                    why: "reserved NAK code",
-                }),
-            _ => Err(WireError::AethSyndrome {
-                syndrome: s,
-                why: "reserved syndrome encoding",
-            }),
+                .ok_or(WireError::AethSyndrome { syndrome: s, why: "reserved NAK code" }),
+            _ => Err(WireError::AethSyndrome { syndrome: s, why: "reserved syndrome encoding" }),
         }
     }
 
@@ -145,10 +139,7 @@ pub struct AethRepr {
 
 impl AethRepr {
     pub fn parse<T: AsRef<[u8]>>(h: &Aeth<T>) -> Result<AethRepr> {
-        Ok(AethRepr {
-            syndrome: Syndrome::from_u8(h.syndrome())?,
-            msn: h.msn(),
-        })
+        Ok(AethRepr { syndrome: Syndrome::from_u8(h.syndrome())?, msn: h.msn() })
     }
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Aeth<T>) {
         h.set_syndrome(self.syndrome.to_u8());

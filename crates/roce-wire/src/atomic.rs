@@ -66,12 +66,7 @@ pub struct AtomicEthRepr {
 
 impl AtomicEthRepr {
     pub fn parse<T: AsRef<[u8]>>(h: &AtomicEth<T>) -> Result<AtomicEthRepr> {
-        Ok(AtomicEthRepr {
-            va: h.va(),
-            rkey: h.rkey(),
-            swap_add: h.swap_add(),
-            compare: h.compare(),
-        })
+        Ok(AtomicEthRepr { va: h.va(), rkey: h.rkey(), swap_add: h.swap_add(), compare: h.compare() })
     }
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut AtomicEth<T>) {
         h.set_va(self.va);

@@ -54,10 +54,7 @@ impl DethRepr {
         if h.reserved() != 0 {
             return Err(WireError::ReservedNonZero("DETH reserved byte"));
         }
-        Ok(DethRepr {
-            qkey: h.qkey(),
-            src_qp: h.src_qp(),
-        })
+        Ok(DethRepr { qkey: h.qkey(), src_qp: h.src_qp() })
     }
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Deth<T>) {
         h.set_qkey(self.qkey);

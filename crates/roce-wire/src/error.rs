@@ -56,19 +56,11 @@ impl core::fmt::Display for Header {
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum WireError {
     #[error("{header} truncated: need {need} bytes, have {have}")]
-    Truncated {
-        header: Header,
-        need: usize,
-        have: usize,
-    },
+    Truncated { header: Header, need: usize, have: usize },
     #[error("BTH truncated: UDP payload is {have} bytes, BTH + ICRC need 16")]
     TruncatedBth { have: usize },
     #[error("{opcode_name} needs {need} bytes of headers + ICRC, only {have}")]
-    TruncatedHeaders {
-        opcode_name: &'static str,
-        need: usize,
-        have: usize,
-    },
+    TruncatedHeaders { opcode_name: &'static str, need: usize, have: usize },
     #[error("not a RoCE frame: EtherType 0x{0:04x}")]
     NotIp(u16),
     #[error("not UDP: IP protocol {0}")]
@@ -100,10 +92,7 @@ pub enum WireError {
     #[error("opcode 0x{0:02x} is reserved or not supported")]
     OpcodeUnknown(u8),
     #[error("{opcode_name} carries no payload but {len} bytes follow its headers")]
-    UnexpectedPayload {
-        opcode_name: &'static str,
-        len: usize,
-    },
+    UnexpectedPayload { opcode_name: &'static str, len: usize },
     #[error("payload + pad of {len} bytes is not a multiple of 4")]
     PadAlignment { len: usize },
     #[error("pad count {pad} is invalid on {opcode_name}")]
@@ -111,11 +100,7 @@ pub enum WireError {
     #[error("payload length {len}: {why}")]
     PayloadLen { len: usize, why: &'static str },
     #[error("RETH DMA length {dma_len} does not fit a {opcode_name} with {payload} payload bytes")]
-    RethDmaLen {
-        dma_len: u32,
-        payload: usize,
-        opcode_name: &'static str,
-    },
+    RethDmaLen { dma_len: u32, payload: usize, opcode_name: &'static str },
     #[error("atomic virtual address 0x{0:x} is not 8-byte aligned")]
     AtomicVaAlign(u64),
     #[error("AETH syndrome 0x{syndrome:02x} is not allowed here: {why}")]
@@ -176,10 +161,7 @@ impl WireError {
     /// True when the frame is simply not RoCEv2 traffic (another protocol or
     /// port), as opposed to a RoCEv2 packet that is broken.
     pub fn is_not_roce(&self) -> bool {
-        matches!(
-            self,
-            WireError::NotIp(_) | WireError::NotUdp(_) | WireError::WrongPort(_)
-        )
+        matches!(self, WireError::NotIp(_) | WireError::NotUdp(_) | WireError::WrongPort(_))
     }
 }
 

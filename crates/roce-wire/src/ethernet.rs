@@ -28,10 +28,7 @@ pub type Mac = [u8; 6];
 
 /// Formats a MAC as `aa:bb:cc:dd:ee:ff`.
 pub fn fmt_mac(m: &Mac) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
 /// Zero-copy view of an Ethernet header, with any 802.1Q tag.
@@ -50,32 +47,20 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
     pub fn new_checked(buffer: T) -> Result<Self> {
         let have = buffer.as_ref().len();
         if have < HEADER_LEN {
-            return Err(WireError::Truncated {
-                header: Header::Ethernet,
-                need: HEADER_LEN,
-                have,
-            });
+            return Err(WireError::Truncated { header: Header::Ethernet, need: HEADER_LEN, have });
         }
         let f = EthernetFrame { buffer };
         if f.outer_ethertype() == ethertype::VLAN && have < HEADER_LEN + VLAN_TAG_LEN {
-            return Err(WireError::Truncated {
-                header: Header::Vlan,
-                need: HEADER_LEN + VLAN_TAG_LEN,
-                have,
-            });
+            return Err(WireError::Truncated { header: Header::Vlan, need: HEADER_LEN + VLAN_TAG_LEN, have });
         }
         Ok(f)
     }
 
     pub fn dst(&self) -> Mac {
-        self.buffer.as_ref()[field::DST..field::DST + 6]
-            .try_into()
-            .unwrap()
+        self.buffer.as_ref()[field::DST..field::DST + 6].try_into().unwrap()
     }
     pub fn src(&self) -> Mac {
-        self.buffer.as_ref()[field::SRC..field::SRC + 6]
-            .try_into()
-            .unwrap()
+        self.buffer.as_ref()[field::SRC..field::SRC + 6].try_into().unwrap()
     }
     fn outer_ethertype(&self) -> u16 {
         get_u16(self.buffer.as_ref(), field::ETHERTYPE)
@@ -94,12 +79,7 @@ impl<T: AsRef<[u8]>> EthernetFrame<T> {
         }
     }
     pub fn header_len(&self) -> usize {
-        HEADER_LEN
-            + if self.vlan_tci().is_some() {
-                VLAN_TAG_LEN
-            } else {
-                0
-            }
+        HEADER_LEN + if self.vlan_tci().is_some() { VLAN_TAG_LEN } else { 0 }
     }
     pub fn payload(&self) -> &[u8] {
         &self.buffer.as_ref()[self.header_len()..]
@@ -118,11 +98,7 @@ pub struct VlanTag {
 
 impl VlanTag {
     pub fn from_tci(tci: u16) -> VlanTag {
-        VlanTag {
-            pcp: (tci >> 13) as u8,
-            dei: tci & 0x1000 != 0,
-            vid: tci & 0x0fff,
-        }
+        VlanTag { pcp: (tci >> 13) as u8, dei: tci & 0x1000 != 0, vid: tci & 0x0fff }
     }
     pub fn tci(&self) -> u16 {
         (u16::from(self.pcp & 7) << 13) | (u16::from(self.dei) << 12) | (self.vid & 0x0fff)

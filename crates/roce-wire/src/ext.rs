@@ -44,20 +44,13 @@ pub struct FethRepr {
 impl FethRepr {
     pub fn parse(b: &[u8]) -> Result<FethRepr> {
         if b.len() < FETH_LEN {
-            return Err(WireError::Truncated {
-                header: Header::Feth,
-                need: FETH_LEN,
-                have: b.len(),
-            });
+            return Err(WireError::Truncated { header: Header::Feth, need: FETH_LEN, have: b.len() });
         }
         let v = get_u32(b, 0);
         if v >> 6 != 0 {
             return Err(WireError::ReservedNonZero("FETH reserved bits"));
         }
-        Ok(FethRepr {
-            selectivity: ((v >> 4) & 3) as u8,
-            placement: (v & 0xf) as u8,
-        })
+        Ok(FethRepr { selectivity: ((v >> 4) & 3) as u8, placement: (v & 0xf) as u8 })
     }
     pub fn emit(&self, b: &mut [u8]) {
         let v = (u32::from(self.selectivity & 3) << 4) | u32::from(self.placement & 0xf);

@@ -32,12 +32,7 @@ pub struct ParseOptions {
 
 impl Default for ParseOptions {
     fn default() -> Self {
-        ParseOptions {
-            port: ROCE_PORT,
-            verify_icrc: true,
-            pmtu: None,
-            check_rules: true,
-        }
+        ParseOptions { port: ROCE_PORT, verify_icrc: true, pmtu: None, check_rules: true }
     }
 }
 
@@ -94,10 +89,9 @@ impl NetRepr {
         match self {
             NetRepr::Ipv4(ip, _) => (ip.src.to_string(), ip.dst.to_string()),
             NetRepr::Ipv6(ip, _) => (ip.src.to_string(), ip.dst.to_string()),
-            NetRepr::Grh(g) => (
-                core::net::Ipv6Addr::from(g.sgid).to_string(),
-                core::net::Ipv6Addr::from(g.dgid).to_string(),
-            ),
+            NetRepr::Grh(g) => {
+                (core::net::Ipv6Addr::from(g.sgid).to_string(), core::net::Ipv6Addr::from(g.dgid).to_string())
+            }
         }
     }
 }
@@ -148,18 +142,11 @@ fn locate_ipv4(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     }
     let total = usize::from(ip.total_len());
     if total > l3.len() || total < hl + udp::HEADER_LEN {
-        return Err(WireError::IpLength {
-            ip_len: total,
-            avail: l3.len(),
-        });
+        return Err(WireError::IpLength { ip_len: total, avail: l3.len() });
     }
     let (repr, _) = Ipv4Repr::parse(&ip)?;
     let net_bytes = &l3[..total];
-    let udp_repr = check_udp(
-        net_bytes,
-        hl,
-        &net_bytes[ipv4::field::SRC..ipv4::field::DST + 4],
-    )?;
+    let udp_repr = check_udp(net_bytes, hl, &net_bytes[ipv4::field::SRC..ipv4::field::DST + 4])?;
     Ok(Located {
         eth,
         net: NetRepr::Ipv4(repr, udp_repr),
@@ -185,17 +172,10 @@ fn locate_ipv6(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     }
     let (repr, total) = Ipv6Repr::parse(&ip)?;
     if total > l3.len() || total < hl + udp::HEADER_LEN {
-        return Err(WireError::IpLength {
-            ip_len: total,
-            avail: l3.len(),
-        });
+        return Err(WireError::IpLength { ip_len: total, avail: l3.len() });
     }
     let net_bytes = &l3[..total];
-    let udp_repr = check_udp(
-        net_bytes,
-        hl,
-        &net_bytes[ipv6::field::SRC..ipv6::field::DST + 16],
-    )?;
+    let udp_repr = check_udp(net_bytes, hl, &net_bytes[ipv6::field::SRC..ipv6::field::DST + 16])?;
     Ok(Located {
         eth,
         net: NetRepr::Ipv6(repr, udp_repr),
@@ -207,19 +187,12 @@ fn locate_ipv6(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
 
 fn locate_grh(eth: EthernetRepr, l3: &[u8]) -> Result<Located<'_>> {
     let grh = Ipv6Packet::new_checked(l3).map_err(|e| match e {
-        WireError::Truncated { need, have, .. } => WireError::Truncated {
-            header: Header::Grh,
-            need,
-            have,
-        },
+        WireError::Truncated { need, have, .. } => WireError::Truncated { header: Header::Grh, need, have },
         e => e,
     })?;
     let (repr, total) = GrhRepr::parse(&grh)?;
     if total > l3.len() {
-        return Err(WireError::IpLength {
-            ip_len: total,
-            avail: l3.len(),
-        });
+        return Err(WireError::IpLength { ip_len: total, avail: l3.len() });
     }
     let net_bytes = &l3[..total];
     Ok(Located {
@@ -239,11 +212,7 @@ fn skip_ipv6_extensions(l3: &[u8], mut nh: u8) -> (u8, usize) {
         let Some(h) = l3.get(at..at + 2) else {
             return (nh, at);
         };
-        let len = if nh == 44 {
-            8
-        } else {
-            (usize::from(h[1]) + 1) * 8
-        };
+        let len = if nh == 44 { 8 } else { (usize::from(h[1]) + 1) * 8 };
         nh = h[0];
         at += len;
     }
@@ -255,10 +224,7 @@ fn check_udp(net_bytes: &[u8], hl: usize, addrs: &[u8]) -> Result<UdpRepr> {
     let dgram = &net_bytes[hl..];
     let u = UdpPacket::new_unchecked(dgram);
     if usize::from(u.len()) != dgram.len() {
-        return Err(WireError::UdpLength {
-            udp_len: usize::from(u.len()),
-            ip_payload: dgram.len(),
-        });
+        return Err(WireError::UdpLength { udp_len: usize::from(u.len()), ip_payload: dgram.len() });
     }
     if u.checksum() != 0 && !udp::verify(addrs, dgram) {
         return Err(WireError::UdpChecksum(u.checksum()));
@@ -283,9 +249,7 @@ impl<'a> RoceFrameRepr<'a> {
     pub fn parse(frame: &'a [u8], opts: &ParseOptions) -> Result<RoceFrameRepr<'a>> {
         let loc = locate(frame, opts.port)?;
         if loc.transport.len() < crate::packet::MIN_LEN {
-            return Err(WireError::TruncatedBth {
-                have: loc.transport.len(),
-            });
+            return Err(WireError::TruncatedBth { have: loc.transport.len() });
         }
         if opts.verify_icrc {
             icrc::verify(loc.net_bytes, loc.net.icrc_kind())
@@ -296,27 +260,13 @@ impl<'a> RoceFrameRepr<'a> {
         if opts.check_rules {
             packet.check(opts.pmtu)?;
         }
-        let padding = if loc.trailer.iter().all(|&b| b == 0) {
-            loc.trailer.len()
-        } else {
-            0
-        };
-        Ok(RoceFrameRepr {
-            eth: loc.eth,
-            net: loc.net,
-            packet,
-            padding,
-        })
+        let padding = if loc.trailer.iter().all(|&b| b == 0) { loc.trailer.len() } else { 0 };
+        Ok(RoceFrameRepr { eth: loc.eth, net: loc.net, packet, padding })
     }
 
     /// Frame length on the wire.
     pub fn buffer_len(&self) -> Result<usize> {
-        Ok(
-            self.eth.header_len()
-                + self.net.header_len()
-                + self.packet.buffer_len()?
-                + self.padding,
-        )
+        Ok(self.eth.header_len() + self.net.header_len() + self.packet.buffer_len()? + self.padding)
     }
 
     /// Writes the frame into `buf`: headers with derived lengths and checksums,
@@ -324,10 +274,7 @@ impl<'a> RoceFrameRepr<'a> {
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
         let total = self.buffer_len()?;
         if buf.len() < total {
-            return Err(WireError::BufferTooSmall {
-                need: total,
-                have: buf.len(),
-            });
+            return Err(WireError::BufferTooSmall { need: total, have: buf.len() });
         }
         let roce_len = self.packet.buffer_len()?;
         let ip_total = self.net.header_len() + roce_len;
@@ -361,8 +308,7 @@ impl<'a> RoceFrameRepr<'a> {
         if self.net.udp().is_some_and(|u| u.checksum) {
             let (head, dgram) = net.split_at_mut(hl);
             let sum = udp::checksum(&head[addrs], dgram);
-            dgram[udp::field::CHECKSUM..udp::field::CHECKSUM + 2]
-                .copy_from_slice(&sum.to_be_bytes());
+            dgram[udp::field::CHECKSUM..udp::field::CHECKSUM + 2].copy_from_slice(&sum.to_be_bytes());
         }
         buf[eh + ip_total..total].fill(0);
         Ok(total)

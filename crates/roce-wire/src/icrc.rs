@@ -31,28 +31,34 @@ pub enum NetHeader {
 /// Length of the masked prefix (network headers + BTH) for `net`.
 fn masked_len(bytes: &[u8], net: NetHeader) -> (usize, usize) {
     let ip_len = match net {
-        NetHeader::Ipv4 => bytes
-            .first()
-            .map_or(ipv4::HEADER_LEN, |b| usize::from(b & 0xf) * 4),
+        NetHeader::Ipv4 => bytes.first().map_or(ipv4::HEADER_LEN, |b| usize::from(b & 0xf) * 4),
         NetHeader::Ipv6 | NetHeader::Grh => ipv6::HEADER_LEN,
     };
-    let udp_len = if net == NetHeader::Grh {
-        0
-    } else {
-        udp::HEADER_LEN
-    };
+    let udp_len = if net == NetHeader::Grh { 0 } else { udp::HEADER_LEN };
     (ip_len, ip_len + udp_len)
 }
 
 /// Computes the ICRC of `bytes`: the packet from the start of the IP header
 /// (or GRH) up to, not including, the ICRC field.
 pub fn compute(bytes: &[u8], net: NetHeader) -> u32 {
-    const MAX_PREFIX: usize = 60 + 12 + 40; // IPv4 with options + UDP + BTH, and more
-    let (ip_len, bth_at) = masked_len(bytes, net);
-    let prefix_len = (bth_at + bth::HEADER_LEN).min(bytes.len()).min(MAX_PREFIX);
+    let (_, bth_at) = masked_len(bytes, net);
+    let split = bth_at.min(bytes.len());
+    compute_split(&bytes[..split], &bytes[split..], net)
+}
+
+/// Computes the ICRC of a packet held in two pieces: `headers` (IP header or
+/// GRH, and UDP header) and `transport` (BTH through pad, without ICRC). A
+/// sender that keeps the transport packet apart from the IP header the kernel
+/// will write uses this to avoid copying the payload.
+pub fn compute_split(headers: &[u8], transport: &[u8], net: NetHeader) -> u32 {
+    const MAX_PREFIX: usize = 60 + 8 + bth::HEADER_LEN; // IPv4 with options + UDP + BTH
+    let (ip_len, _) = masked_len(headers, net);
+    let hdr_len = headers.len().min(MAX_PREFIX - bth::HEADER_LEN);
+    let bth_len = transport.len().min(bth::HEADER_LEN);
     let mut prefix = [0u8; MAX_PREFIX];
-    let p = &mut prefix[..prefix_len];
-    p.copy_from_slice(&bytes[..prefix_len]);
+    prefix[..hdr_len].copy_from_slice(&headers[..hdr_len]);
+    prefix[hdr_len..hdr_len + bth_len].copy_from_slice(&transport[..bth_len]);
+    let p = &mut prefix[..hdr_len + bth_len];
     let mut mask = |i: usize, v: u8| {
         if let Some(b) = p.get_mut(i) {
             *b |= v;
@@ -78,12 +84,14 @@ pub fn compute(bytes: &[u8], net: NetHeader) -> u32 {
         mask(ip_len + udp::field::CHECKSUM, 0xff);
         mask(ip_len + udp::field::CHECKSUM + 1, 0xff);
     }
-    mask(bth_at + 4, 0xff);
+    // BTH resv8a (FECN, BECN, reserved)
+    mask(hdr_len + 4, 0xff);
 
     let mut h = crc32fast::Hasher::new();
     h.update(&[0xff; 8]);
     h.update(p);
-    h.update(&bytes[prefix_len..]);
+    h.update(&headers[hdr_len..]);
+    h.update(&transport[bth_len..]);
     h.finalize()
 }
 

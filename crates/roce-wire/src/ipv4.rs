@@ -129,11 +129,7 @@ impl Ipv4Repr {
         h[field::TOS] = self.tos;
         set_u16(h, field::TOTAL_LEN, (HEADER_LEN + payload_len) as u16);
         set_u16(h, field::IDENT, self.ident);
-        set_u16(
-            h,
-            field::FLAGS_FRAG,
-            if self.dont_frag { 0x4000 } else { 0 },
-        );
+        set_u16(h, field::FLAGS_FRAG, if self.dont_frag { 0x4000 } else { 0 });
         h[field::TTL] = self.ttl;
         h[field::PROTOCOL] = PROTO_UDP;
         set_u16(h, field::CHECKSUM, 0);

@@ -46,14 +46,10 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
         self.buffer.as_ref()[field::HOP_LIMIT]
     }
     pub fn src_bytes(&self) -> [u8; 16] {
-        self.buffer.as_ref()[field::SRC..field::SRC + 16]
-            .try_into()
-            .unwrap()
+        self.buffer.as_ref()[field::SRC..field::SRC + 16].try_into().unwrap()
     }
     pub fn dst_bytes(&self) -> [u8; 16] {
-        self.buffer.as_ref()[field::DST..field::DST + 16]
-            .try_into()
-            .unwrap()
+        self.buffer.as_ref()[field::DST..field::DST + 16].try_into().unwrap()
     }
 }
 

@@ -51,26 +51,16 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         let info = opcode::lookup(bth.opcode()).ok_or(WireError::OpcodeUnknown(bth.opcode()))?;
         let need = bth::HEADER_LEN + info.headers.len_bytes() + ICRC_LEN;
         if n < need {
-            return Err(WireError::TruncatedHeaders {
-                opcode_name: info.name,
-                need,
-                have: n,
-            });
+            return Err(WireError::TruncatedHeaders { opcode_name: info.name, need, have: n });
         }
         let data_len = n - need;
         let pad = bth.pad_count();
         if !info.payload {
             if data_len != 0 {
-                return Err(WireError::UnexpectedPayload {
-                    opcode_name: info.name,
-                    len: data_len,
-                });
+                return Err(WireError::UnexpectedPayload { opcode_name: info.name, len: data_len });
             }
             if pad != 0 {
-                return Err(WireError::PadInvalid {
-                    pad,
-                    opcode_name: info.name,
-                });
+                return Err(WireError::PadInvalid { pad, opcode_name: info.name });
             }
         } else {
             if data_len % 4 != 0 {
@@ -79,10 +69,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             if usize::from(pad) > data_len
                 || (pad != 0 && matches!(info.position, Position::First | Position::Middle))
             {
-                return Err(WireError::PadInvalid {
-                    pad,
-                    opcode_name: info.name,
-                });
+                return Err(WireError::PadInvalid { pad, opcode_name: info.name });
             }
         }
         Ok(RocePacket { buffer, info })
@@ -202,9 +189,7 @@ impl<'a> RocePacketRepr<'a> {
                     ext.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))?)
                 }
                 HeaderSet::AETH => ext.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(b))?),
-                HeaderSet::ATOMIC_ACK_ETH => {
-                    ext.atomic_ack = Some(AtomicAckEth::new_unchecked(b).orig())
-                }
+                HeaderSet::ATOMIC_ACK_ETH => ext.atomic_ack = Some(AtomicAckEth::new_unchecked(b).orig()),
                 HeaderSet::IMM_DT => ext.imm = Some(Word::new_unchecked(b).value()),
                 HeaderSet::IETH => ext.ieth = Some(Word::new_unchecked(b).value()),
                 _ => {
@@ -217,11 +202,7 @@ impl<'a> RocePacketRepr<'a> {
             off += len;
         }
         let end = bytes.len() - ICRC_LEN - usize::from(p.bth().pad_count());
-        Ok(RocePacketRepr {
-            bth,
-            ext,
-            payload: &bytes[off..end],
-        })
+        Ok(RocePacketRepr { bth, ext, payload: &bytes[off..end] })
     }
 
     /// The opcode's row in the table, or an error for an unknown opcode.
@@ -245,16 +226,10 @@ impl<'a> RocePacketRepr<'a> {
         let plen = self.payload.len();
         if info.payload {
             if info.operation == Operation::AtomicWrite && plen != 8 {
-                return Err(WireError::PayloadLen {
-                    len: plen,
-                    why: "ATOMIC WRITE carries 8 bytes",
-                });
+                return Err(WireError::PayloadLen { len: plen, why: "ATOMIC WRITE carries 8 bytes" });
             }
             if info.position == Position::Last && plen == 0 {
-                return Err(WireError::PayloadLen {
-                    len: plen,
-                    why: "Last packet with no payload",
-                });
+                return Err(WireError::PayloadLen { len: plen, why: "Last packet with no payload" });
             }
             if let Some(mtu) = pmtu {
                 match info.position {
@@ -265,10 +240,7 @@ impl<'a> RocePacketRepr<'a> {
                         })
                     }
                     Position::Last | Position::Only if plen > mtu => {
-                        return Err(WireError::PayloadLen {
-                            len: plen,
-                            why: "payload exceeds the path MTU",
-                        })
+                        return Err(WireError::PayloadLen { len: plen, why: "payload exceeds the path MTU" })
                     }
                     _ => {}
                 }
@@ -322,6 +294,23 @@ impl<'a> RocePacketRepr<'a> {
     /// do not match the opcode's layout or `buf` is too small. Returns the
     /// number of bytes written, ICRC included.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let total = self.buffer_len()?;
+        if buf.len() < total {
+            return Err(WireError::BufferTooSmall { need: total, have: buf.len() });
+        }
+        let off = self.emit_header(buf, self.payload.len())?;
+        let end = off + self.payload.len();
+        buf[off..end].copy_from_slice(self.payload);
+        buf[end..total].fill(0);
+        Ok(total)
+    }
+
+    /// Writes BTH and extension headers for a packet that will carry
+    /// `payload_len` bytes (which `self.payload` need not hold: a sender can
+    /// gather the payload straight into `buf[header_len..]` afterwards), with
+    /// the pad count set accordingly. Returns the header length; the payload,
+    /// pad (zero) and ICRC follow it, `buffer_len` bytes in all.
+    pub fn emit_header(&self, buf: &mut [u8], payload_len: usize) -> Result<usize> {
         let info = self.info()?;
         let want = info.headers;
         let have = self.ext.set();
@@ -335,25 +324,15 @@ impl<'a> RocePacketRepr<'a> {
                 _ => {}
             }
         }
-        if !info.payload && !self.payload.is_empty() {
-            return Err(WireError::UnexpectedPayload {
-                opcode_name: info.name,
-                len: self.payload.len(),
-            });
+        if !info.payload && payload_len != 0 {
+            return Err(WireError::UnexpectedPayload { opcode_name: info.name, len: payload_len });
         }
-        let total = self.buffer_len()?;
+        let pad = pad_for(payload_len);
+        let total = bth::HEADER_LEN + want.len_bytes() + payload_len + pad + ICRC_LEN;
         if buf.len() < total {
-            return Err(WireError::BufferTooSmall {
-                need: total,
-                have: buf.len(),
-            });
+            return Err(WireError::BufferTooSmall { need: total, have: buf.len() });
         }
-        let buf = &mut buf[..total];
-        let pad = pad_for(self.payload.len());
-        self.bth.emit(
-            &mut Bth::new_unchecked(&mut buf[..bth::HEADER_LEN]),
-            pad as u8,
-        );
+        self.bth.emit(&mut Bth::new_unchecked(&mut buf[..bth::HEADER_LEN]), pad as u8);
         let mut off = bth::HEADER_LEN;
         for (h, _, len) in want.iter() {
             let b = &mut buf[off..off + len];
@@ -361,11 +340,7 @@ impl<'a> RocePacketRepr<'a> {
                 HeaderSet::DETH => self.ext.deth.unwrap().emit(&mut Deth::new_unchecked(b)),
                 HeaderSet::FETH => self.ext.feth.unwrap().emit(b),
                 HeaderSet::RETH => self.ext.reth.unwrap().emit(&mut Reth::new_unchecked(b)),
-                HeaderSet::ATOMIC_ETH => self
-                    .ext
-                    .atomic_eth
-                    .unwrap()
-                    .emit(&mut AtomicEth::new_unchecked(b)),
+                HeaderSet::ATOMIC_ETH => self.ext.atomic_eth.unwrap().emit(&mut AtomicEth::new_unchecked(b)),
                 HeaderSet::AETH => self.ext.aeth.unwrap().emit(&mut Aeth::new_unchecked(b)),
                 HeaderSet::ATOMIC_ACK_ETH => {
                     AtomicAckEth::new_unchecked(b).set_orig(self.ext.atomic_ack.unwrap())
@@ -376,10 +351,9 @@ impl<'a> RocePacketRepr<'a> {
             }
             off += len;
         }
-        debug_assert_eq!(off, self.header_len()?);
-        let end = off + self.payload.len();
-        buf[off..end].copy_from_slice(self.payload);
-        buf[end..].fill(0);
-        Ok(total)
+        let end = off + payload_len;
+        buf[end..total - ICRC_LEN].fill(0);
+        buf[total - ICRC_LEN..total].fill(0);
+        Ok(off)
     }
 }

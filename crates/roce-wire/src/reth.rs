@@ -54,11 +54,7 @@ pub struct RethRepr {
 
 impl RethRepr {
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Result<RethRepr> {
-        Ok(RethRepr {
-            va: h.va(),
-            rkey: h.rkey(),
-            dma_len: h.dma_len(),
-        })
+        Ok(RethRepr { va: h.va(), rkey: h.rkey(), dma_len: h.dma_len() })
     }
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, h: &mut Reth<T>) {
         h.set_va(self.va);

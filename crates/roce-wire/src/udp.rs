@@ -54,11 +54,7 @@ pub struct UdpRepr {
 
 impl UdpRepr {
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<UdpRepr> {
-        Ok(UdpRepr {
-            src_port: p.src_port(),
-            dst_port: p.dst_port(),
-            checksum: p.checksum() != 0,
-        })
+        Ok(UdpRepr { src_port: p.src_port(), dst_port: p.dst_port(), checksum: p.checksum() != 0 })
     }
 
     /// Writes ports and length; the checksum field is written as zero (the
@@ -78,10 +74,7 @@ impl UdpRepr {
 fn pseudo_header_sum(addrs: &[u8], len: usize) -> u32 {
     let acc = ones_complement_sum(0, addrs);
     let l = (len as u32).to_be_bytes();
-    ones_complement_sum(
-        acc,
-        &[l[0], l[1], l[2], l[3], 0, 0, 0, crate::ipv4::PROTO_UDP],
-    )
+    ones_complement_sum(acc, &[l[0], l[1], l[2], l[3], 0, 0, 0, crate::ipv4::PROTO_UDP])
 }
 
 /// The checksum of `datagram` (UDP header with a zero checksum field +

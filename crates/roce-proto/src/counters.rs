@@ -1,0 +1,78 @@
+//! Device counters, named as Linux rxe's hardware counters appear in
+//! `rdma statistic` (sent_pkts, rcvd_pkts, duplicate_request, ...), plus the
+//! reasons this engine drops packets.
+
+macro_rules! counters {
+    ($($(#[$m:meta])* $name:ident),* $(,)?) => {
+        /// Event counts since the engine was created.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[$m])* pub $name: u64,)*
+        }
+
+        impl Counters {
+            /// `(name, value)` for every counter, in a fixed order.
+            pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+                [$((stringify!($name), self.$name)),*].into_iter()
+            }
+        }
+    };
+}
+
+counters! {
+    /// Packets transmitted.
+    sent_pkts,
+    /// Packets received (before any check).
+    rcvd_pkts,
+    /// Requests whose PSN was already seen.
+    duplicate_request,
+    /// Requests ahead of the expected PSN.
+    out_of_seq_request,
+    /// RNR NAKs received (requester).
+    rcvd_rnr_err,
+    /// RNR NAKs sent (responder).
+    send_rnr_err,
+    /// PSN sequence error NAKs received.
+    rcvd_seq_err,
+    /// Local ACK timeouts that led to a retry.
+    completer_retry_err,
+    /// Transport retries exhausted.
+    retry_exceeded_err,
+    /// RNR retries exhausted.
+    retry_rnr_exceeded_err,
+    /// Send work requests that completed in error.
+    send_err,
+    /// SEND messages sent / received.
+    rdma_sends,
+    rdma_recvs,
+    /// NAKs sent other than sequence and RNR (invalid request, access, operational).
+    send_nak_err,
+    /// Dropped: ICRC mismatch.
+    icrc_errors,
+    /// Dropped: not a well-formed RoCE packet.
+    malformed_dropped,
+    /// Dropped: no such destination QP.
+    unknown_qp_dropped,
+    /// Dropped: QP state does not accept the packet.
+    bad_state_dropped,
+    /// Dropped: opcode's transport does not match the QP type.
+    transport_mismatch_dropped,
+    /// Dropped: source address is not the connected peer.
+    addr_mismatch_dropped,
+    /// Dropped: P_Key does not match.
+    pkey_violation_dropped,
+    /// Dropped: UD Q_Key does not match.
+    qkey_violation_dropped,
+    /// Dropped: UD/UC packet with no receive WQE posted.
+    no_recv_wqe_dropped,
+    /// Dropped: responses that match nothing outstanding.
+    unexpected_response_dropped,
+    /// Dropped: duplicate READ/atomic with no saved responder resource.
+    dup_no_resource_dropped,
+    /// Responses ignored as duplicates.
+    duplicate_response,
+    /// Packets received with ECN CE.
+    ecn_ce_rcvd,
+    /// CNPs received.
+    cnp_rcvd,
+}

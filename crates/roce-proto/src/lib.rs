@@ -1,0 +1,25 @@
+//! The RDMA NIC as a sans-IO state machine: verbs objects (PD, MR, CQ, QP,
+//! SRQ) and the three roles of an RC/UC/UD transport, split as in Linux rxe:
+//! the requester turns work requests into packets, the responder executes
+//! incoming requests, the completer retires work requests from responses and
+//! timers. No sockets, threads or clock: time and randomness are inputs, so a
+//! seed and a sequence of calls give the same bytes every time.
+
+mod completer;
+mod cq;
+mod mr;
+mod qp;
+mod requester;
+mod responder;
+
+pub mod counters;
+pub mod engine;
+pub mod mem;
+pub mod time;
+pub mod verbs;
+
+pub use counters::Counters;
+pub use engine::{DatagramMeta, Engine, EngineConfig, Transmit};
+pub use mem::MemBuf;
+pub use time::{Duration, Instant};
+pub use verbs::*;

@@ -1,0 +1,174 @@
+//! Memory regions: registration, key lookup and the access checks of IBTA
+//! vol. 1 §10.6 (local: L_Key, PD, bounds, Local Write; remote §9.7.5.1.3 /
+//! §10.6.3.3: R_Key, PD, bounds, Remote Read/Write/Atomic).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::mem::MemBuf;
+use crate::verbs::{Access, PdId, Sge};
+
+/// A registered region.
+#[derive(Debug, Clone)]
+pub(crate) struct Mr {
+    pub pd: PdId,
+    pub buf: Arc<MemBuf>,
+    /// Offset of the region in `buf`.
+    pub offset: usize,
+    pub length: usize,
+    pub iova: u64,
+    pub access: Access,
+    pub lkey: u32,
+    pub rkey: u32,
+    /// False after a remote invalidate (SEND with Invalidate).
+    pub valid: bool,
+}
+
+impl Mr {
+    /// Offset into `buf` of `[va, va+len)` if it lies inside the region.
+    pub fn resolve(&self, va: u64, len: u64) -> Option<usize> {
+        let start = va.checked_sub(self.iova)?;
+        let end = start.checked_add(len)?;
+        (end <= self.length as u64).then(|| self.offset + start as usize)
+    }
+}
+
+/// Why a local buffer could not be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LocalError {
+    /// Bad L_Key, PD mismatch, out of bounds or missing Local Write: the
+    /// local protection error of ibverbs.
+    Protection,
+    /// The data does not fit the scatter list.
+    Length,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct MrTable {
+    by_lkey: BTreeMap<u32, Mr>,
+    rkey_to_lkey: BTreeMap<u32, u32>,
+}
+
+impl MrTable {
+    pub fn contains_key(&self, key: u32) -> bool {
+        self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
+    }
+
+    pub fn insert(&mut self, mr: Mr) {
+        self.rkey_to_lkey.insert(mr.rkey, mr.lkey);
+        self.by_lkey.insert(mr.lkey, mr);
+    }
+
+    pub fn remove(&mut self, lkey: u32) -> Option<Mr> {
+        let mr = self.by_lkey.remove(&lkey)?;
+        self.rkey_to_lkey.remove(&mr.rkey);
+        Some(mr)
+    }
+
+    pub fn count_in_pd(&self, pd: PdId) -> usize {
+        self.by_lkey.values().filter(|m| m.pd == pd).count()
+    }
+
+    /// The region an R_Key names, if it is valid and in `pd`.
+    pub fn by_rkey(&self, rkey: u32, pd: PdId) -> Option<&Mr> {
+        let mr = self.by_lkey.get(self.rkey_to_lkey.get(&rkey)?)?;
+        (mr.valid && mr.pd == pd).then_some(mr)
+    }
+
+    /// Resolves a remote access: R_Key valid and in `pd`, access right
+    /// granted, `[va, va+len)` inside the region. Returns the buffer and offset.
+    pub fn remote(
+        &self,
+        rkey: u32,
+        pd: PdId,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Option<(&Arc<MemBuf>, usize)> {
+        let mr = self.by_rkey(rkey, pd)?;
+        if !mr.access.contains(need) {
+            return None;
+        }
+        Some((&mr.buf, mr.resolve(va, len)?))
+    }
+
+    /// Remote invalidation of the region named by `rkey` (SEND with
+    /// Invalidate, IBTA §10.6.6.2). Fails if the key is unknown, in another
+    /// PD or already invalid.
+    pub fn invalidate(&mut self, rkey: u32, pd: PdId) -> bool {
+        let Some(&lkey) = self.rkey_to_lkey.get(&rkey) else { return false };
+        match self.by_lkey.get_mut(&lkey) {
+            Some(mr) if mr.valid && mr.pd == pd => {
+                mr.valid = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn local(&self, sge: &Sge, pd: PdId, need: Access) -> Result<(&Arc<MemBuf>, usize), LocalError> {
+        let mr = self.by_lkey.get(&sge.lkey).ok_or(LocalError::Protection)?;
+        if !mr.valid || mr.pd != pd || !mr.access.contains(need) {
+            return Err(LocalError::Protection);
+        }
+        let off = mr.resolve(sge.addr, u64::from(sge.length)).ok_or(LocalError::Protection)?;
+        Ok((&mr.buf, off))
+    }
+
+    /// Copies bytes `[offset, offset + out.len())` of the logical
+    /// concatenation of `sges` into `out`.
+    pub fn gather(&self, sges: &[Sge], pd: PdId, mut offset: u64, out: &mut [u8]) -> Result<(), LocalError> {
+        let mut done = 0;
+        for sge in sges {
+            if done == out.len() {
+                break;
+            }
+            let len = u64::from(sge.length);
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = ((len - offset) as usize).min(out.len() - done);
+            let (buf, base) = self.local(sge, pd, Access::NONE)?;
+            buf.read(base + offset as usize, &mut out[done..done + n]).map_err(|_| LocalError::Protection)?;
+            done += n;
+            offset = 0;
+        }
+        if done == out.len() {
+            Ok(())
+        } else {
+            Err(LocalError::Length)
+        }
+    }
+
+    /// Copies `data` into the logical concatenation of `sges` at `offset`;
+    /// every element written needs Local Write.
+    pub fn scatter(&self, sges: &[Sge], pd: PdId, mut offset: u64, data: &[u8]) -> Result<(), LocalError> {
+        let mut done = 0;
+        for sge in sges {
+            if done == data.len() {
+                break;
+            }
+            let len = u64::from(sge.length);
+            if offset >= len {
+                offset -= len;
+                continue;
+            }
+            let n = ((len - offset) as usize).min(data.len() - done);
+            let (buf, base) = self.local(sge, pd, Access::LOCAL_WRITE)?;
+            buf.write(base + offset as usize, &data[done..done + n]).map_err(|_| LocalError::Protection)?;
+            done += n;
+            offset = 0;
+        }
+        if done == data.len() {
+            Ok(())
+        } else {
+            Err(LocalError::Length)
+        }
+    }
+}
+
+/// Total bytes of a scatter/gather list.
+pub(crate) fn sge_total(sges: &[Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
+}
