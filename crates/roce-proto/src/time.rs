@@ -93,4 +93,3 @@ mod tests {
         assert_eq!(rnr_timer(31), Duration::from_micros(491_520));
     }
 }
-

@@ -37,20 +37,11 @@ fn softroce_captures_round_trip_byte_for_byte() {
             if !is_roce_udp(&rec.data) {
                 continue;
             }
-            let opts = ParseOptions {
-                pmtu: Some(1024),
-                ..ParseOptions::default()
-            };
+            let opts = ParseOptions { pmtu: Some(1024), ..ParseOptions::default() };
             let repr = RoceFrameRepr::parse(&rec.data, &opts)
                 .unwrap_or_else(|e| panic!("{} frame {}: {e}", path.display(), i + 1));
             let again = repr.to_vec().unwrap();
-            assert_eq!(
-                again,
-                rec.data,
-                "{} frame {}: re-emit differs",
-                path.display(),
-                i + 1
-            );
+            assert_eq!(again, rec.data, "{} frame {}: re-emit differs", path.display(), i + 1);
             n += 1;
         }
         assert!(n > 0, "{}: no RoCE frames", path.display());
@@ -63,8 +54,7 @@ fn softroce_captures_round_trip_byte_for_byte() {
 
 /// `(frame number, valid, expected fault kinds)` from the sample's expected.json.
 fn expected() -> Vec<(usize, bool, Vec<String>)> {
-    let text =
-        std::fs::read_to_string(testdata().join("oracle/roce-sample.expected.json")).unwrap();
+    let text = std::fs::read_to_string(testdata().join("oracle/roce-sample.expected.json")).unwrap();
     // A tiny extraction rather than a JSON dependency: each frame object is on
     // one line of the form {"frame": N, "name": ..., "valid": B, "kinds": [..], ...}.
     let mut out = Vec::new();
@@ -93,10 +83,7 @@ fn oracle_sample_valid_and_broken_frames() {
         .unwrap();
     assert_eq!(recs.len(), 83);
     // The sample was made with --pmtu 256.
-    let opts = ParseOptions {
-        pmtu: Some(256),
-        ..ParseOptions::default()
-    };
+    let opts = ParseOptions { pmtu: Some(256), ..ParseOptions::default() };
     for (n, valid, kinds) in exp {
         let data = &recs[n - 1].data;
         let got = RoceFrameRepr::parse(data, &opts);
@@ -104,9 +91,7 @@ fn oracle_sample_valid_and_broken_frames() {
             let repr = got.unwrap_or_else(|e| panic!("frame {n}: {e}"));
             assert_eq!(&repr.to_vec().unwrap(), data, "frame {n}: re-emit differs");
         } else {
-            let err = got
-                .err()
-                .unwrap_or_else(|| panic!("frame {n}: broken frame accepted"));
+            let err = got.err().unwrap_or_else(|| panic!("frame {n}: broken frame accepted"));
             assert!(
                 kinds.iter().any(|k| k == err.kind()),
                 "frame {n}: got {} ({err}), want one of {kinds:?}",

@@ -1,0 +1,597 @@
+//! Directed tests, one per IBTA rule the engine implements.
+
+mod common;
+use common::*;
+use roce_proto::*;
+use roce_wire::Psn;
+
+fn opcode(pkt: &[u8]) -> u8 {
+    pkt[0]
+}
+fn psn_of(pkt: &[u8]) -> u32 {
+    u32::from_be_bytes([0, pkt[9], pkt[10], pkt[11]])
+}
+
+fn write(id: u64, dst: &Region, off: u64, src: &Region, soff: u64, len: u32) -> SendWr {
+    SendWr::new(
+        id,
+        SendOp::Write { remote_addr: dst.keys.addr + off, rkey: dst.keys.rkey },
+        vec![sge(src, soff, len)],
+    )
+}
+
+fn statuses(w: &[Wc]) -> Vec<(u64, WcStatus)> {
+    w.iter().map(|w| (w.wr_id, w.status)).collect()
+}
+
+/// §9.7.5.1.2: a duplicate atomic is answered from the saved result and
+/// never executed again.
+#[test]
+fn duplicate_atomic_is_replayed_not_reexecuted() {
+    let mut p = Pair::new(11);
+    let c = p.connect(PathMtu::Mtu1024, [10, 20], |_| {});
+    let loc = p.region(A, 4096, 0x1000, Access::ALL);
+    let rem = p.region(B, 4096, 0x8000, Access::ALL);
+    rem.buf.write(64, &1000u64.to_ne_bytes()).unwrap();
+    let wr = SendWr::new(
+        9,
+        SendOp::FetchAdd { remote_addr: rem.keys.addr + 64, rkey: rem.keys.rkey, add: 5 },
+        vec![sge(&loc, 0, 8)],
+    );
+    p.e[A].post_send(c.qpn[0], wr).unwrap();
+    let mut dropped = false;
+    // Lose the first atomic ACK: the requester times out and resends.
+    p.run_with(
+        |from, pkt| {
+            if from == B && opcode(pkt) == 0x12 && !dropped {
+                dropped = true;
+                return false;
+            }
+            true
+        },
+        1000,
+    );
+    assert!(dropped);
+    assert_eq!(statuses(&p.poll(A)), vec![(9, WcStatus::Success)]);
+    assert_eq!(rem.buf.load_u64(64).unwrap(), 1005, "executed exactly once");
+    assert_eq!(loc.buf.load_u64(0).unwrap(), 1000, "original value returned");
+    assert_eq!(p.e[B].counters().duplicate_request, 1);
+    assert!(p.e[A].counters().completer_retry_err >= 1);
+}
+
+/// §9.7.5.1.1 / §9.7.5.2.5: a lost packet makes the responder NAK the next
+/// one with a PSN sequence error; the requester goes back to the NAK's PSN.
+#[test]
+fn sequence_nak_recovers_without_timeout() {
+    let mut p = Pair::new(12);
+    let c = p.connect(PathMtu::Mtu256, [500, 600], |_| {});
+    let src = p.region(A, 8192, 0x1000, Access::ALL);
+    let dst = p.region(B, 8192, 0x9000, Access::ALL);
+    let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+    src.buf.write(0, &data).unwrap();
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 4000)).unwrap();
+    let mut n = 0;
+    p.run_with(
+        |from, _| {
+            if from == A {
+                n += 1;
+                return n != 3; // lose the third request packet once
+            }
+            true
+        },
+        1000,
+    );
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
+    assert_eq!(&dst.buf.to_vec()[..4000], &data[..]);
+    let naks = p.trace.iter().filter(|(f, b)| *f == B && b[0] == 0x11 && b[12] == 0x60).count();
+    assert_eq!(naks, 1, "one NAK per gap, later packets dropped silently");
+    assert!(p.e[B].counters().out_of_seq_request >= 1);
+    assert_eq!(p.e[A].counters().rcvd_seq_err, 1);
+    assert_eq!(p.e[A].counters().completer_retry_err, 0, "recovered by NAK, not by timeout");
+    // The NAK carried the PSN of the lost packet (expected PSN).
+    let nak = p.trace.iter().find(|(f, b)| *f == B && b[0] == 0x11 && b[12] == 0x60).expect("a NAK");
+    assert_eq!(psn_of(&nak.1), 502);
+}
+
+/// §9.7.5.2.8: RNR NAKs are retried rnr_retry times, then the WR completes
+/// with RNR_RETRY_EXC_ERR, the QP enters ERR and later WRs are flushed.
+#[test]
+fn rnr_retry_exhaustion_errors_and_flushes() {
+    let mut p = Pair::new(13);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| a.rnr_retry = 2);
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    p.e[A].post_send(c.qpn[0], SendWr::new(1, SendOp::Send, vec![sge(&src, 0, 100)])).unwrap();
+    let mut second = SendWr::new(2, SendOp::Send, vec![sge(&src, 0, 100)]);
+    second.signaled = false; // errors complete whatever the flag
+    p.e[A].post_send(c.qpn[0], second).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::RnrRetryExcErr), (2, WcStatus::WrFlushErr)]);
+    assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Err));
+    assert_eq!(p.e[A].counters().rcvd_rnr_err, 3, "initial try + 2 retries");
+    assert_eq!(p.e[B].counters().send_rnr_err, 3);
+    assert_eq!(p.e[A].counters().retry_rnr_exceeded_err, 1);
+    // Posting to a QP in ERR completes at once with a flush error.
+    p.e[A].post_send(c.qpn[0], SendWr::new(3, SendOp::Send, vec![])).unwrap();
+    assert_eq!(statuses(&p.poll(A)), vec![(3, WcStatus::WrFlushErr)]);
+}
+
+/// RNR back-off waits the timer of Table 45 and then succeeds once a
+/// receive is posted (rnr_retry 7 = retry forever).
+#[test]
+fn rnr_backoff_then_success() {
+    let mut p = Pair::new(14);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| a.min_rnr_timer = 14); // 1.28 ms
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    p.e[A].post_send(c.qpn[0], SendWr::new(1, SendOp::Send, vec![sge(&src, 0, 100)])).unwrap();
+    p.run_with(|_, _| true, 2); // SEND, RNR NAK
+    assert_eq!(p.e[A].counters().rcvd_rnr_err, 1);
+    let t0 = p.now;
+    p.e[B].post_recv(c.qpn[1], RecvWr { wr_id: 5, sg_list: vec![sge(&dst, 0, 200)] }).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
+    assert_eq!(statuses(&p.poll(B)), vec![(5, WcStatus::Success)]);
+    assert!(p.now - t0 >= Duration::from_micros(1280), "waited the RNR timer");
+}
+
+/// §9.7.6.1.3: with no response, the local ACK timeout retries retry_cnt
+/// times, then RETRY_EXC_ERR; every other WR is flushed, one CQE each.
+#[test]
+fn retry_exhaustion_moves_to_error_with_flushes() {
+    let mut p = Pair::new(15);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| {
+        a.retry_cnt = 3;
+        a.timeout = 8;
+    });
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    for i in 0..4 {
+        let mut wr = write(i, &dst, 0, &src, 0, 100);
+        wr.signaled = i % 2 == 0;
+        p.e[A].post_send(c.qpn[0], wr).unwrap();
+    }
+    p.run_with(|from, _| from != A, 100_000); // the link to B is dead
+    let w = p.poll(A);
+    assert_eq!(
+        statuses(&w),
+        vec![
+            (0, WcStatus::RetryExcErr),
+            (1, WcStatus::WrFlushErr),
+            (2, WcStatus::WrFlushErr),
+            (3, WcStatus::WrFlushErr)
+        ]
+    );
+    assert_eq!(p.e[A].counters().completer_retry_err, 3);
+    assert_eq!(p.e[A].counters().retry_exceeded_err, 1);
+    assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Err));
+    assert!(p.now >= Instant::ZERO + Duration::from_nanos(4 * (4096 << 8)), "four timeouts elapsed");
+    assert_eq!(p.e[A].poll_timeout(), None, "no timers left in ERR");
+}
+
+/// PSNs are 24 bits: a message crossing 2^24 - 1 -> 0 is carried intact.
+#[test]
+fn psn_wraps_at_2_pow_24() {
+    let mut p = Pair::new(16);
+    let c = p.connect(PathMtu::Mtu256, [0xff_fffd, 0xff_fffe], |_| {});
+    let src = p.region(A, 8192, 0x1000, Access::ALL);
+    let dst = p.region(B, 8192, 0x9000, Access::ALL);
+    let data: Vec<u8> = (0..2000u32).map(|i| (i ^ (i >> 3)) as u8).collect();
+    src.buf.write(0, &data).unwrap();
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 2000)).unwrap();
+    p.e[A]
+        .post_send(
+            c.qpn[0],
+            SendWr::new(
+                2,
+                SendOp::Read { remote_addr: dst.keys.addr, rkey: dst.keys.rkey },
+                vec![sge(&src, 4096, 2000)],
+            ),
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
+    assert_eq!(&src.buf.to_vec()[4096..6096], &data[..]);
+    let psns: Vec<u32> = p.trace.iter().filter(|(f, _)| *f == A).map(|(_, b)| psn_of(b)).collect();
+    assert_eq!(&psns[..5], &[0xff_fffd, 0xff_fffe, 0xff_ffff, 0, 1]);
+    let q = p.e[A].query_qp(c.qpn[0]).unwrap();
+    assert_eq!(q.sq_psn, Psn::new(0xff_fffd).add(8 + 8), "8 WRITE packets + 8 READ response PSNs");
+}
+
+/// §9.7.5.1.3 / §10.6.3.3: R_Key, PD, bounds and access rights are checked;
+/// any failure is a Remote Access Error NAK, both QPs end in ERR.
+#[test]
+fn remote_access_errors() {
+    #[derive(Debug, Clone, Copy)]
+    enum Case {
+        BadRkey,
+        WrongPd,
+        OutOfBounds,
+        NoRemoteWrite,
+        NoRemoteRead,
+        NoRemoteAtomic,
+    }
+    for case in [
+        Case::BadRkey,
+        Case::WrongPd,
+        Case::OutOfBounds,
+        Case::NoRemoteWrite,
+        Case::NoRemoteRead,
+        Case::NoRemoteAtomic,
+    ] {
+        let mut p = Pair::new(17);
+        let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+        let src = p.region(A, 4096, 0x1000, Access::ALL);
+        let access = match case {
+            Case::NoRemoteWrite => Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+            Case::NoRemoteRead => Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC,
+            Case::NoRemoteAtomic => Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            _ => Access::ALL,
+        };
+        let dst = if let Case::WrongPd = case {
+            let other = p.e[B].alloc_pd();
+            let buf = MemBuf::new(4096);
+            let keys = p.e[B]
+                .reg_mr(
+                    other,
+                    MrSpec { buf: buf.clone(), offset: 0, length: 4096, iova: Some(0x9000), access },
+                )
+                .unwrap();
+            Region { buf, keys }
+        } else {
+            p.region(B, 4096, 0x9000, access)
+        };
+        let (rkey, addr) = match case {
+            Case::BadRkey => (dst.keys.rkey ^ 0x5a5a, dst.keys.addr),
+            Case::OutOfBounds => (dst.keys.rkey, dst.keys.addr + 4000),
+            _ => (dst.keys.rkey, dst.keys.addr),
+        };
+        let op = match case {
+            Case::NoRemoteRead => SendOp::Read { remote_addr: addr, rkey },
+            Case::NoRemoteAtomic => SendOp::FetchAdd { remote_addr: addr, rkey, add: 1 },
+            _ => SendOp::Write { remote_addr: addr, rkey },
+        };
+        let len = if matches!(case, Case::NoRemoteAtomic) { 8 } else { 200 };
+        p.e[A].post_send(c.qpn[0], SendWr::new(1, op, vec![sge(&src, 0, len)])).unwrap();
+        p.e[A].post_send(c.qpn[0], SendWr::new(2, SendOp::Send, vec![])).unwrap();
+        p.run();
+        assert_eq!(
+            statuses(&p.poll(A)),
+            vec![(1, WcStatus::RemAccessErr), (2, WcStatus::WrFlushErr)],
+            "{case:?}"
+        );
+        assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Err), "{case:?}");
+        assert_eq!(p.e[B].qp_state(c.qpn[1]), Some(QpState::Err), "{case:?}");
+        assert_eq!(dst.buf.to_vec(), vec![0u8; 4096], "{case:?}: nothing written");
+    }
+}
+
+/// A SEND longer than the receive buffer: Invalid Request NAK to the
+/// requester, local length error on the receive WQE.
+#[test]
+fn send_longer_than_receive_buffer() {
+    let mut p = Pair::new(18);
+    let c = p.connect(PathMtu::Mtu256, [1, 2], |_| {});
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    p.e[B].post_recv(c.qpn[1], RecvWr { wr_id: 7, sg_list: vec![sge(&dst, 0, 300)] }).unwrap();
+    p.e[A].post_send(c.qpn[0], SendWr::new(1, SendOp::Send, vec![sge(&src, 0, 1000)])).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::RemInvReqErr)]);
+    assert_eq!(statuses(&p.poll(B)), vec![(7, WcStatus::LocLenErr)]);
+}
+
+/// §11.4.2.1: one completion more than the CQ holds is an overflow: the CQ
+/// is in error and CQ_ERR is raised.
+#[test]
+fn cq_overflow() {
+    let mut p = Pair::new(19);
+    p.cq[A] = p.e[A].create_cq(2).unwrap();
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    for i in 0..3 {
+        p.e[A].post_send(c.qpn[0], write(i, &dst, 0, &src, 0, 10)).unwrap();
+    }
+    p.run();
+    let mut out = [Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        vendor_err: 0,
+    }; 4];
+    assert_eq!(p.e[A].poll_cq(p.cq[A], &mut out), Err(VerbsError::CqOverflow));
+    let mut events = Vec::new();
+    while let Some(e) = p.e[A].poll_event() {
+        events.push(e);
+    }
+    assert!(events.contains(&AsyncEvent::CqErr(p.cq[A])), "{events:?}");
+}
+
+/// Zero-length operations: no R_Key is checked (C9-88), a SEND consumes a
+/// receive and completes with 0 bytes, READ and WRITE with imm work.
+#[test]
+fn zero_length_operations() {
+    let mut p = Pair::new(20);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    p.e[B].post_recv(c.qpn[1], RecvWr { wr_id: 50, sg_list: vec![] }).unwrap();
+    p.e[B].post_recv(c.qpn[1], RecvWr { wr_id: 51, sg_list: vec![] }).unwrap();
+    p.e[A].post_send(c.qpn[0], SendWr::new(1, SendOp::Send, vec![])).unwrap();
+    p.e[A]
+        .post_send(c.qpn[0], SendWr::new(2, SendOp::Write { remote_addr: 0xdead, rkey: 0xbad }, vec![]))
+        .unwrap();
+    p.e[A]
+        .post_send(c.qpn[0], SendWr::new(3, SendOp::Read { remote_addr: 0xdead, rkey: 0xbad }, vec![]))
+        .unwrap();
+    p.e[A]
+        .post_send(
+            c.qpn[0],
+            SendWr::new(
+                4,
+                SendOp::WriteWithImm { remote_addr: dst.keys.addr, rkey: dst.keys.rkey, imm: 42 },
+                vec![],
+            ),
+        )
+        .unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), (1..=4).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    let wb = p.poll(B);
+    assert_eq!(wb.len(), 2);
+    assert_eq!((wb[0].wr_id, wb[0].byte_len, wb[0].opcode), (50, 0, WcOpcode::Recv));
+    assert_eq!(
+        (wb[1].wr_id, wb[1].byte_len, wb[1].opcode, wb[1].imm_data),
+        (51, 0, WcOpcode::RecvRdmaWithImm, 42)
+    );
+}
+
+/// Only signalled WRs complete on success; every WR completes exactly once.
+#[test]
+fn one_completion_per_signalled_wr() {
+    let mut p = Pair::new(21);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    for i in 0..10 {
+        let mut wr = write(i, &dst, 0, &src, 0, 100);
+        wr.signaled = i % 3 == 0;
+        p.e[A].post_send(c.qpn[0], wr).unwrap();
+    }
+    p.run();
+    assert_eq!(
+        statuses(&p.poll(A)),
+        [0, 3, 6, 9].iter().map(|&i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    assert_eq!(p.e[A].sq_outstanding(c.qpn[0]), 0);
+}
+
+/// SEND with Invalidate makes the named R_Key unusable (§10.6.6.2).
+#[test]
+fn send_with_invalidate() {
+    let mut p = Pair::new(22);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    let target = p.region(B, 4096, 0x20000, Access::ALL);
+    p.e[B].post_recv(c.qpn[1], RecvWr { wr_id: 8, sg_list: vec![sge(&dst, 0, 64)] }).unwrap();
+    p.e[A]
+        .post_send(
+            c.qpn[0],
+            SendWr::new(1, SendOp::SendWithInv { rkey: target.keys.rkey }, vec![sge(&src, 0, 16)]),
+        )
+        .unwrap();
+    p.run();
+    let wb = p.poll(B);
+    assert_eq!(wb[0].wc_flags & WC_WITH_INV, WC_WITH_INV);
+    assert_eq!(wb[0].imm_data, target.keys.rkey);
+    p.e[A].post_send(c.qpn[0], write(2, &target, 0, &src, 0, 16)).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success), (2, WcStatus::RemAccessErr)]);
+}
+
+/// The initiator depth max_rd_atomic bounds outstanding READs (§9.5).
+#[test]
+fn max_rd_atomic_limits_outstanding_reads() {
+    let mut p = Pair::new(23);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| a.max_rd_atomic = 1);
+    let loc = p.region(A, 8192, 0x1000, Access::ALL);
+    let rem = p.region(B, 8192, 0x9000, Access::ALL);
+    for i in 0..3u64 {
+        p.e[A]
+            .post_send(
+                c.qpn[0],
+                SendWr::new(
+                    i,
+                    SendOp::Read { remote_addr: rem.keys.addr, rkey: rem.keys.rkey },
+                    vec![sge(&loc, i * 100, 100)],
+                ),
+            )
+            .unwrap();
+    }
+    p.run();
+    assert_eq!(p.poll(A).len(), 3);
+    // In the trace, requests and responses alternate.
+    let ops: Vec<u8> = p.trace.iter().map(|(_, b)| b[0]).collect();
+    assert_eq!(ops, vec![0x0c, 0x10, 0x0c, 0x10, 0x0c, 0x10]);
+}
+
+/// ibv_modify_qp's attribute table: missing or extra attributes and
+/// impossible transitions are refused; values are range-checked.
+#[test]
+fn modify_qp_checks_attributes() {
+    let mut p = Pair::new(24);
+    let q = p.e[A].create_qp(p.qp_init(A, QpType::Rc)).unwrap();
+    let mut a = QpAttr { qp_state: QpState::Init, ..QpAttr::default() };
+    // RESET -> INIT without ACCESS_FLAGS
+    assert!(matches!(
+        p.e[A].modify_qp(q, &a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT),
+        Err(VerbsError::BadMask(_))
+    ));
+    // RESET -> RTS is not a transition
+    a.qp_state = QpState::Rts;
+    assert!(matches!(p.e[A].modify_qp(q, &a, AttrMask::STATE), Err(VerbsError::BadState(QpState::Reset))));
+    // an extra attribute (QKEY is UD-only)
+    a.qp_state = QpState::Init;
+    let m = AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS;
+    assert!(matches!(p.e[A].modify_qp(q, &a, m | AttrMask::QKEY), Err(VerbsError::BadMask(_))));
+    p.e[A].modify_qp(q, &a, m).unwrap();
+    // INIT -> RTR with retry values out of range is not even the right mask
+    a.qp_state = QpState::Rtr;
+    a.av = AddressVector::new(p.ip[B]);
+    a.max_dest_rd_atomic = 200;
+    let rtr = AttrMask::STATE
+        | AttrMask::AV
+        | AttrMask::PATH_MTU
+        | AttrMask::DEST_QPN
+        | AttrMask::RQ_PSN
+        | AttrMask::MAX_DEST_RD_ATOMIC
+        | AttrMask::MIN_RNR_TIMER;
+    assert!(matches!(p.e[A].modify_qp(q, &a, rtr), Err(VerbsError::Invalid(_))));
+    a.max_dest_rd_atomic = 4;
+    a.av = AddressVector::new("fe80::1".parse().unwrap());
+    assert!(
+        matches!(p.e[A].modify_qp(q, &a, rtr), Err(VerbsError::Invalid(_))),
+        "IPv6 peer from an IPv4 GID"
+    );
+    a.av = AddressVector::new(p.ip[B]);
+    p.e[A].modify_qp(q, &a, rtr).unwrap();
+    assert_eq!(p.e[A].qp_state(q), Some(QpState::Rtr));
+    // posting sends before RTS is an error
+    assert!(matches!(
+        p.e[A].post_send(q, SendWr::new(1, SendOp::Send, vec![])),
+        Err(VerbsError::BadState(QpState::Rtr))
+    ));
+    // any state -> ERR, then -> RESET
+    a.qp_state = QpState::Err;
+    p.e[A].modify_qp(q, &a, AttrMask::STATE).unwrap();
+    a.qp_state = QpState::Reset;
+    p.e[A].modify_qp(q, &a, AttrMask::STATE).unwrap();
+    assert_eq!(p.e[A].qp_state(q), Some(QpState::Reset));
+}
+
+/// UD: a datagram reaches the QP whose Q_Key matches, with the GRH in front
+/// and the source QP in the completion; a wrong Q_Key is dropped (§10.2.5).
+#[test]
+fn ud_send_and_qkey() {
+    let mut p = Pair::new(25);
+    let mk = |p: &mut Pair, side: usize| {
+        let q = p.e[side].create_qp(p.qp_init(side, QpType::Ud)).unwrap();
+        let mut a = QpAttr { qp_state: QpState::Init, qkey: 0x1111_0000 + side as u32, ..QpAttr::default() };
+        p.e[side]
+            .modify_qp(q, &a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)
+            .unwrap();
+        a.qp_state = QpState::Rtr;
+        p.e[side].modify_qp(q, &a, AttrMask::STATE).unwrap();
+        a.qp_state = QpState::Rts;
+        p.e[side].modify_qp(q, &a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
+        q
+    };
+    let qa = mk(&mut p, A);
+    let qb = mk(&mut p, B);
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    src.buf.write(0, b"hello, datagram").unwrap();
+    p.e[B].post_recv(qb, RecvWr { wr_id: 1, sg_list: vec![sge(&dst, 0, 1000)] }).unwrap();
+    let dest = |qkey| UdDest { av: AddressVector::new(p.ip[B]), remote_qpn: qb, remote_qkey: qkey };
+    let mut wr = SendWr::new(10, SendOp::SendWithImm { imm: 3 }, vec![sge(&src, 0, 15)]);
+    wr.ud = Some(dest(0x1111_0001));
+    p.e[A].post_send(qa, wr.clone()).unwrap();
+    wr.wr_id = 11;
+    wr.ud = Some(dest(0x2222_0000));
+    p.e[A].post_send(qa, wr).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(10, WcStatus::Success), (11, WcStatus::Success)]);
+    let wb = p.poll(B);
+    assert_eq!(wb.len(), 1);
+    assert_eq!((wb[0].byte_len, wb[0].src_qp, wb[0].imm_data), (40 + 15, qa, 3));
+    assert_eq!(wb[0].wc_flags & (WC_GRH | WC_WITH_IMM), WC_GRH | WC_WITH_IMM);
+    let got = dst.buf.to_vec();
+    assert_eq!(&got[40..55], b"hello, datagram");
+    assert_eq!(&got[20 + 12..20 + 16], &[10, 0, 0, 1], "IPv4 source in the GRH area");
+    assert_eq!(p.e[B].counters().qkey_violation_dropped, 1);
+}
+
+/// An SRQ feeds several QPs; the limit event fires when it runs low.
+#[test]
+fn srq_shared_by_two_qps() {
+    let mut p = Pair::new(26);
+    let srq = p.e[B].create_srq(p.pd[B], 16, 1).unwrap();
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    for i in 0..4 {
+        p.e[B].post_srq_recv(srq, RecvWr { wr_id: 100 + i, sg_list: vec![sge(&dst, i * 100, 100)] }).unwrap();
+    }
+    p.e[B].arm_srq_limit(srq, 3).unwrap();
+    // two connections whose B side uses the SRQ
+    let mut conns = Vec::new();
+    for _ in 0..2 {
+        let qa = p.e[A].create_qp(p.qp_init(A, QpType::Rc)).unwrap();
+        let mut init_b = p.qp_init(B, QpType::Rc);
+        init_b.srq = Some(srq);
+        let qb = p.e[B].create_qp(init_b).unwrap();
+        conns.push([qa, qb]);
+    }
+    for [qa, qb] in &conns {
+        for (s, q, o) in [(A, *qa, *qb), (B, *qb, *qa)] {
+            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+            p.e[s]
+                .modify_qp(
+                    q,
+                    &a,
+                    AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+                )
+                .unwrap();
+            a.qp_state = QpState::Rtr;
+            a.av = AddressVector::new(p.ip[1 - s]);
+            a.dest_qp_num = o;
+            a.max_dest_rd_atomic = 1;
+            p.e[s]
+                .modify_qp(
+                    q,
+                    &a,
+                    AttrMask::STATE
+                        | AttrMask::AV
+                        | AttrMask::PATH_MTU
+                        | AttrMask::DEST_QPN
+                        | AttrMask::RQ_PSN
+                        | AttrMask::MAX_DEST_RD_ATOMIC
+                        | AttrMask::MIN_RNR_TIMER,
+                )
+                .unwrap();
+            a.qp_state = QpState::Rts;
+            a.timeout = 10;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.max_rd_atomic = 1;
+            p.e[s]
+                .modify_qp(
+                    q,
+                    &a,
+                    AttrMask::STATE
+                        | AttrMask::SQ_PSN
+                        | AttrMask::TIMEOUT
+                        | AttrMask::RETRY_CNT
+                        | AttrMask::RNR_RETRY
+                        | AttrMask::MAX_QP_RD_ATOMIC,
+                )
+                .unwrap();
+        }
+    }
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    p.e[A].post_send(conns[0][0], SendWr::new(1, SendOp::Send, vec![sge(&src, 0, 10)])).unwrap();
+    p.e[A].post_send(conns[1][0], SendWr::new(2, SendOp::Send, vec![sge(&src, 0, 20)])).unwrap();
+    p.run();
+    let wb = p.poll(B);
+    assert_eq!(
+        wb.iter().map(|w| (w.wr_id, w.qp_num, w.byte_len)).collect::<Vec<_>>(),
+        vec![(100, conns[0][1], 10), (101, conns[1][1], 20)]
+    );
+    let mut ev = Vec::new();
+    while let Some(e) = p.e[B].poll_event() {
+        ev.push(e);
+    }
+    assert_eq!(ev, vec![AsyncEvent::SrqLimitReached(srq)]);
+}
