@@ -117,7 +117,10 @@ enum Implied {
     Retry(Psn),
 }
 
-/// Retires every SEND/WRITE WQE whose last PSN is before `psn` (exclusive).
+/// Acknowledges every request PSN before `psn` (exclusive): retires the
+/// SEND/WRITE WQEs that end before it and moves the oldest unacknowledged PSN
+/// forward, also inside a message still being sent (a long WRITE is
+/// acknowledged packet by packet as AckReq asks, which opens the window).
 fn ack_before(qp: &mut Qp, res: &mut Res, psn: Psn) -> Implied {
     let mut advanced = false;
     let mut result = None;
@@ -125,16 +128,24 @@ fn ack_before(qp: &mut Qp, res: &mut Res, psn: Psn) -> Implied {
         if w.done.is_some() {
             continue;
         }
-        if !w.sent || !w.last_psn.is_before(psn) {
+        if !w.started {
             break;
         }
-        if w.wr.op.is_read_or_atomic() {
-            result = Some(Implied::Retry(qp.comp.psn));
-            break;
+        if w.sent && w.last_psn.is_before(psn) {
+            if w.wr.op.is_read_or_atomic() {
+                result = Some(Implied::Retry(qp.comp.psn));
+                break;
+            }
+            w.done = Some(WcStatus::Success);
+            qp.comp.psn = w.last_psn.next();
+            advanced = true;
+            continue;
         }
-        w.done = Some(WcStatus::Success);
-        qp.comp.psn = w.last_psn.next();
-        advanced = true;
+        if !w.wr.op.is_read_or_atomic() && psn.is_after(qp.comp.psn) {
+            qp.comp.psn = psn;
+            advanced = true;
+        }
+        break;
     }
     retire(qp, res);
     result.unwrap_or(Implied::Ok { advanced })

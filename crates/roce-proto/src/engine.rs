@@ -35,8 +35,13 @@ use crate::{completer, requester, responder};
 pub struct EngineConfig {
     /// The GID table: the IP addresses of this device (index = sgid_index).
     pub gids: Vec<Gid>,
-    /// UDP destination port of RoCEv2 (4791).
+    /// UDP destination port of RoCEv2 (4791), used when an address vector
+    /// names no port.
     pub udp_port: u16,
+    /// UDP source port of every packet. A driver on one kernel socket must
+    /// set it to the socket's port (the ICRC covers it); `None` gives each QP
+    /// its own port for ECMP entropy (Annex A17.4.2), as a NIC does.
+    pub fixed_src_port: Option<u16>,
     /// The P_Key of the single partition (default full membership 0xFFFF).
     pub pkey: u16,
     /// Largest number of unacknowledged request PSNs per QP (send window).
@@ -60,6 +65,7 @@ impl EngineConfig {
         EngineConfig {
             gids,
             udp_port: roce_wire::ROCE_PORT,
+            fixed_src_port: None,
             pkey: roce_wire::bth::DEFAULT_PKEY,
             max_unacked_psns: 256,
             ack_req_every: 64,
@@ -708,18 +714,15 @@ impl Engine {
     fn finish(&self, qp: &Qp, buf: &mut [u8], len: usize) -> Transmit {
         let av = qp.av();
         let ud_dest = buf_dest_override(qp);
-        let (dst, tclass, hop, flow) = match ud_dest {
-            Some(d) => (d.av.dgid, d.av.traffic_class, d.av.hop_limit, d.av.flow_label),
-            None => (av.dgid, av.traffic_class, av.hop_limit, av.flow_label),
-        };
-        let sgid_index = ud_dest.map_or(av.sgid_index, |d| d.av.sgid_index);
-        let src = self.res.cfg.gids.get(usize::from(sgid_index)).copied().unwrap_or(dst);
+        let av = ud_dest.as_ref().map_or(av, |d| &d.av);
+        let (dst, tclass, hop, flow) = (av.dgid, av.traffic_class, av.hop_limit, av.flow_label);
+        let src = self.res.cfg.gids.get(usize::from(av.sgid_index)).copied().unwrap_or(dst);
         let ecn = if self.res.cfg.ecn { 2 } else { 0 };
         let meta = DatagramMeta {
             src,
             dst,
-            src_port: qp.udp_sport,
-            dst_port: self.res.cfg.udp_port,
+            src_port: self.res.cfg.fixed_src_port.unwrap_or(qp.udp_sport),
+            dst_port: av.udp_port.unwrap_or(self.res.cfg.udp_port),
             ecn,
             ipv4_id: Some(0),
         };

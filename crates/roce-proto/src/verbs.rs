@@ -115,11 +115,14 @@ pub struct AddressVector {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+    /// UDP destination port of the peer device; `None` is RoCEv2's 4791
+    /// (the engine's configured port). Lets several devices share a host.
+    pub udp_port: Option<u16>,
 }
 
 impl AddressVector {
     pub fn new(dgid: Gid) -> AddressVector {
-        AddressVector { dgid, sgid_index: 0, traffic_class: 0, hop_limit: 64, flow_label: 0 }
+        AddressVector { dgid, sgid_index: 0, traffic_class: 0, hop_limit: 64, flow_label: 0, udp_port: None }
     }
 }
 

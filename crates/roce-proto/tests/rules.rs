@@ -595,3 +595,22 @@ fn srq_shared_by_two_qps() {
     }
     assert_eq!(ev, vec![AsyncEvent::SrqLimitReached(srq)]);
 }
+
+/// A message longer than the send window is acknowledged packet by packet
+/// (AckReq every `ack_req_every` packets) and the window slides inside it.
+#[test]
+fn message_longer_than_the_window() {
+    let mut p = Pair::new(27);
+    let c = p.connect(PathMtu::Mtu256, [1, 2], |_| {});
+    let src = p.region(A, 1 << 17, 0x1000_0000, Access::ALL);
+    let dst = p.region(B, 1 << 17, 0x2000_0000, Access::ALL);
+    let data: Vec<u8> = (0..1u32 << 17).map(|i| (i * 11) as u8).collect();
+    src.buf.write(0, &data).unwrap();
+    // 512 packets at MTU 256, twice the default window of 256 PSNs.
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 1 << 17)).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
+    assert_eq!(dst.buf.to_vec(), data);
+    assert_eq!(p.e[A].counters().completer_retry_err, 0, "no timeout needed");
+    assert_eq!(p.now, Instant::ZERO, "no timer ever fired");
+}
