@@ -1,0 +1,592 @@
+//! The verbs API: a device on a UDP socket and RAII handles for its objects.
+//!
+//! Handles keep what they depend on alive (an MR its PD, a QP its PD and
+//! CQs, all of them the device), so they can be dropped in any order and the
+//! engine object is destroyed when the last handle goes.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration as StdDuration;
+
+use roce_proto::*;
+use roce_wire::Psn;
+
+use crate::driver::{self, Capture, Core, Shared};
+use crate::error::{Error, Result};
+use crate::udp::UdpIo;
+
+/// How to open a device.
+#[derive(Debug, Clone)]
+pub struct DeviceConfig {
+    /// Address and UDP port to bind; the IP is the device's GID. Port 4791
+    /// is RoCEv2's; other ports let several devices share a host.
+    pub bind: SocketAddr,
+    /// Spin instead of sleeping between packets (lowest latency, one core).
+    pub busy_poll: bool,
+    /// Write every packet sent and received to this pcap file.
+    pub pcap: Option<PathBuf>,
+    /// Seed of the engine's identifiers; `None` draws one from the OS.
+    pub seed: Option<u64>,
+    /// DSCP for outgoing packets (QPs may override through their address vector).
+    pub dscp: u8,
+    /// Mark outgoing packets ECN-capable (ECT(0)).
+    pub ecn: bool,
+}
+
+impl DeviceConfig {
+    pub fn new(bind: SocketAddr) -> DeviceConfig {
+        DeviceConfig { bind, busy_poll: false, pcap: None, seed: None, dscp: 0, ecn: true }
+    }
+}
+
+struct DeviceInner {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    dscp: u8,
+}
+
+impl Drop for DeviceInner {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        let _ = self.shared.waker.wake();
+        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = t.join();
+        }
+        if let Some(c) = self.shared.lock().capture.take() {
+            let _ = c.writer.finish();
+        }
+    }
+}
+
+/// An RDMA device: one engine on one UDP socket.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+fn os_seed() -> u64 {
+    let mut b = [0u8; 8];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        use std::io::Read;
+        let _ = f.read_exact(&mut b);
+    }
+    u64::from_ne_bytes(b)
+        ^ std::process::id() as u64
+        ^ std::time::SystemTime::now().elapsed().map_or(0, |d| d.as_nanos() as u64)
+}
+
+impl Device {
+    /// Binds the socket and starts the driver thread.
+    pub fn open(cfg: DeviceConfig) -> Result<Device> {
+        if cfg.bind.ip().is_unspecified() {
+            return Err(Error::Config("bind to a specific address: it is the device's GID".into()));
+        }
+        if cfg.dscp > 63 {
+            return Err(Error::Config(format!("DSCP {} is not a 6-bit value", cfg.dscp)));
+        }
+        let io = UdpIo::bind(cfg.bind)?;
+        let local = io.local_addr();
+        let mut ecfg = EngineConfig::new(vec![local.ip()]);
+        ecfg.fixed_src_port = Some(local.port());
+        ecfg.ecn = cfg.ecn;
+        let engine = Engine::new(ecfg, cfg.seed.unwrap_or_else(os_seed));
+        let mut core = Core::new(engine, io);
+        if let Some(path) = &cfg.pcap {
+            let writer = roce_wire::pcap::PcapWriter::create(path)
+                .map_err(|e| Error::Config(format!("pcap {}: {e}", path.display())))?;
+            core.capture = Some(Capture { writer, origin_wall: std::time::SystemTime::now() });
+        }
+        let poll = mio::Poll::new()?;
+        let fd = core.fd();
+        poll.registry().register(&mut mio::unix::SourceFd(&fd), driver::SOCKET, mio::Interest::READABLE)?;
+        let waker = mio::Waker::new(poll.registry(), driver::WAKER)?;
+        let shared = Arc::new(Shared {
+            core: Mutex::new(core),
+            cq_cond: Condvar::new(),
+            waker,
+            stop: AtomicBool::new(false),
+            driver_deadline: AtomicU64::new(u64::MAX),
+            origin: std::time::Instant::now(),
+            busy_poll: cfg.busy_poll,
+            local,
+        });
+        let s2 = shared.clone();
+        let thread =
+            std::thread::Builder::new().name("roce-driver".into()).spawn(move || driver::run(s2, poll))?;
+        Ok(Device {
+            inner: Arc::new(DeviceInner { shared, thread: Mutex::new(Some(thread)), dscp: cfg.dscp }),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The bound address (the IP is the GID).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared().local
+    }
+
+    pub fn gid(&self) -> IpAddr {
+        self.shared().local.ip()
+    }
+
+    /// Whether UDP GSO and GRO are in use.
+    pub fn offloads(&self) -> (bool, bool) {
+        self.shared().lock().offloads()
+    }
+
+    /// A snapshot of the engine's counters.
+    pub fn counters(&self) -> Counters {
+        self.shared().lock().engine.counters().clone()
+    }
+
+    /// Datagrams the kernel refused (socket buffer full or unreachable).
+    pub fn tx_dropped(&self) -> u64 {
+        self.shared().lock().tx_dropped
+    }
+
+    /// The next asynchronous event, if any.
+    pub fn poll_event(&self) -> Option<AsyncEvent> {
+        self.shared().lock().engine.poll_event()
+    }
+
+    /// A random initial PSN from the engine's CSPRNG.
+    pub fn random_psn(&self) -> Psn {
+        self.shared().lock().engine.random_psn()
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Engine) -> std::result::Result<T, VerbsError>) -> Result<T> {
+        let mut core = self.shared().lock();
+        Ok(f(&mut core.engine)?)
+    }
+
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let id = self.with(|e| Ok(e.alloc_pd()))?;
+        Ok(Pd { inner: Arc::new(PdInner { dev: self.clone(), id }) })
+    }
+
+    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        let id = self.with(|e| e.create_cq(depth))?;
+        Ok(Cq { inner: Arc::new(CqInner { dev: self.clone(), id }) })
+    }
+}
+
+struct PdInner {
+    dev: Device,
+    id: PdId,
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        let _ = self.dev.with(|e| e.dealloc_pd(self.id));
+    }
+}
+
+/// A protection domain.
+#[derive(Clone)]
+pub struct Pd {
+    inner: Arc<PdInner>,
+}
+
+/// A registered memory region. The memory stays alive as long as the region
+/// (and as long as the application keeps its own `Arc<MemBuf>`).
+///
+/// The verbs contract applies: do not write memory that an outstanding work
+/// request is sending or reading into, and do not read memory that a peer
+/// may be writing, until the completion says it is done.
+pub struct Mr {
+    pd: Pd,
+    keys: MrKeys,
+    buf: Arc<MemBuf>,
+}
+
+impl Pd {
+    fn dev(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// Registers all of `buf` with the given access rights (`ibv_reg_mr`);
+    /// the I/O virtual address is the buffer's address.
+    pub fn reg_mr(&self, buf: Arc<MemBuf>, access: Access) -> Result<Mr> {
+        let len = buf.len();
+        self.reg_mr_range(buf, 0, len, None, access)
+    }
+
+    /// Registers `[offset, offset+length)` of `buf`, optionally at a chosen
+    /// I/O virtual address.
+    pub fn reg_mr_range(
+        &self,
+        buf: Arc<MemBuf>,
+        offset: usize,
+        length: usize,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<Mr> {
+        let spec = MrSpec { buf: buf.clone(), offset, length, iova, access };
+        let keys = self.dev().with(|e| e.reg_mr(self.inner.id, spec))?;
+        Ok(Mr { pd: self.clone(), keys, buf })
+    }
+
+    /// Creates a QP (`ibv_create_qp`).
+    pub fn create_qp(&self, b: QpBuilder<'_>) -> Result<Qp> {
+        let init = QpInitAttr {
+            qp_type: b.qp_type,
+            pd: self.inner.id,
+            send_cq: b.send_cq.inner.id,
+            recv_cq: b.recv_cq.inner.id,
+            srq: None,
+            cap: b.cap,
+            sq_sig_all: b.sq_sig_all,
+        };
+        let qpn = self.dev().with(|e| e.create_qp(init))?;
+        Ok(Qp {
+            pd: self.clone(),
+            send_cq: b.send_cq.clone(),
+            recv_cq: b.recv_cq.clone(),
+            qpn,
+            qp_type: b.qp_type,
+        })
+    }
+}
+
+impl Mr {
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+    pub fn addr(&self) -> u64 {
+        self.keys.addr
+    }
+    pub fn len(&self) -> usize {
+        self.keys.length as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.keys.length == 0
+    }
+    pub fn buf(&self) -> &Arc<MemBuf> {
+        &self.buf
+    }
+    /// A scatter/gather element for `[offset, offset+len)` of the region.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge { addr: self.keys.addr + offset, length: len, lkey: self.keys.lkey }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let _ = self.pd.dev().with(|e| e.dereg_mr(self.keys.lkey));
+    }
+}
+
+struct CqInner {
+    dev: Device,
+    id: CqId,
+}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        let _ = self.dev.with(|e| e.destroy_cq(self.id));
+    }
+}
+
+/// A completion queue.
+#[derive(Clone)]
+pub struct Cq {
+    inner: Arc<CqInner>,
+}
+
+/// An empty completion, for sizing `poll` buffers.
+pub const WC_ZERO: Wc = Wc {
+    wr_id: 0,
+    status: WcStatus::Success,
+    opcode: WcOpcode::Send,
+    byte_len: 0,
+    imm_data: 0,
+    qp_num: 0,
+    src_qp: 0,
+    wc_flags: 0,
+    vendor_err: 0,
+};
+
+impl Cq {
+    /// Takes the completions that are ready (`ibv_poll_cq`). In busy-poll
+    /// mode this also drives the network.
+    pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
+        let sh = &self.inner.dev.inner.shared;
+        let mut core = sh.lock();
+        if sh.busy_poll {
+            let now = sh.now();
+            core.progress(now)?;
+        }
+        Ok(core.engine.poll_cq(self.inner.id, out)?)
+    }
+
+    /// Waits until at least one completion is ready or `timeout` passes.
+    pub fn wait(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
+        let sh = &self.inner.dev.inner.shared;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut core = sh.lock();
+        loop {
+            if sh.busy_poll {
+                let now = sh.now();
+                core.progress(now)?;
+            }
+            let n = core.engine.poll_cq(self.inner.id, out)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout("no completion"));
+            }
+            if sh.busy_poll {
+                drop(core);
+                std::thread::yield_now();
+                core = sh.lock();
+            } else {
+                core = sh
+                    .cq_cond
+                    .wait_timeout(core, left.min(StdDuration::from_millis(50)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+    }
+}
+
+/// QP creation parameters.
+pub struct QpBuilder<'a> {
+    qp_type: QpType,
+    send_cq: &'a Cq,
+    recv_cq: &'a Cq,
+    cap: QpCap,
+    sq_sig_all: bool,
+}
+
+impl<'a> QpBuilder<'a> {
+    pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
+        QpBuilder { qp_type, send_cq, recv_cq, cap: QpCap::default(), sq_sig_all: false }
+    }
+    pub fn rc(cq: &'a Cq) -> Self {
+        Self::new(QpType::Rc, cq, cq)
+    }
+    pub fn ud(cq: &'a Cq) -> Self {
+        Self::new(QpType::Ud, cq, cq)
+    }
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.cap.max_send_wr = n;
+        self
+    }
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.cap.max_recv_wr = n;
+        self
+    }
+    pub fn max_sge(mut self, send: u32, recv: u32) -> Self {
+        self.cap.max_send_sge = send;
+        self.cap.max_recv_sge = recv;
+        self
+    }
+    pub fn max_inline_data(mut self, n: u32) -> Self {
+        self.cap.max_inline_data = n;
+        self
+    }
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.sq_sig_all = on;
+        self
+    }
+}
+
+/// What a peer needs to know to connect to a QP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    pub gid: IpAddr,
+    /// UDP port of the peer device (4791 unless it bound another).
+    pub port: u16,
+    pub qpn: u32,
+    pub psn: Psn,
+}
+
+/// Transport parameters for `Qp::connect` (RC: INIT -> RTR -> RTS).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    pub mtu: PathMtu,
+    pub access: Access,
+    /// Local ACK timeout code (4.096 us x 2^timeout).
+    pub timeout: u8,
+    pub retry_cnt: u8,
+    pub rnr_retry: u8,
+    pub min_rnr_timer: u8,
+    pub max_rd_atomic: u8,
+    pub max_dest_rd_atomic: u8,
+    /// DSCP of this QP's packets; `None` uses the device's.
+    pub dscp: Option<u8>,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: PathMtu::Mtu4096,
+            access: Access::ALL,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            max_dest_rd_atomic: 16,
+            dscp: None,
+        }
+    }
+}
+
+/// A queue pair.
+pub struct Qp {
+    pd: Pd,
+    send_cq: Cq,
+    recv_cq: Cq,
+    qpn: u32,
+    qp_type: QpType,
+}
+
+impl Qp {
+    pub fn qpn(&self) -> u32 {
+        self.qpn
+    }
+    pub fn send_cq(&self) -> &Cq {
+        &self.send_cq
+    }
+    pub fn recv_cq(&self) -> &Cq {
+        &self.recv_cq
+    }
+
+    fn dev(&self) -> &Device {
+        self.pd.dev()
+    }
+
+    /// `ibv_modify_qp`.
+    pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
+        self.dev().with(|e| e.modify_qp(self.qpn, attr, mask))
+    }
+
+    /// `ibv_query_qp`.
+    pub fn query(&self) -> Result<QpAttr> {
+        self.dev().with(|e| e.query_qp(self.qpn))
+    }
+
+    pub fn state(&self) -> Result<QpState> {
+        Ok(self.query()?.qp_state)
+    }
+
+    /// This QP's endpoint for the peer, with a fresh random PSN.
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            gid: self.dev().gid(),
+            port: self.dev().local_addr().port(),
+            qpn: self.qpn,
+            psn: self.dev().random_psn(),
+        }
+    }
+
+    /// RC/UC: moves the QP RESET -> INIT -> RTR -> RTS towards `remote`,
+    /// sending from `local_psn`. UD: RESET -> INIT -> RTR -> RTS with `qkey`
+    /// taken from `opts.access` bits ignored (see `ready_ud`).
+    pub fn connect(&self, remote: &Endpoint, local_psn: Psn, opts: &ConnectOptions) -> Result<()> {
+        if self.qp_type == QpType::Ud {
+            return Err(Error::Config("UD QPs are not connected: use ready_ud".into()));
+        }
+        let dscp = opts.dscp.unwrap_or(self.dev().inner.dscp);
+        let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: opts.access, ..QpAttr::default() };
+        self.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
+        a.qp_state = QpState::Rtr;
+        a.av = AddressVector {
+            dgid: remote.gid,
+            sgid_index: 0,
+            traffic_class: dscp << 2,
+            hop_limit: 64,
+            flow_label: 0,
+            udp_port: Some(remote.port),
+        };
+        a.path_mtu = opts.mtu;
+        a.dest_qp_num = remote.qpn;
+        a.rq_psn = remote.psn;
+        a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
+        a.min_rnr_timer = opts.min_rnr_timer;
+        let mut m =
+            AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
+        }
+        self.modify(&a, m)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = local_psn;
+        a.timeout = opts.timeout;
+        a.retry_cnt = opts.retry_cnt;
+        a.rnr_retry = opts.rnr_retry;
+        a.max_rd_atomic = opts.max_rd_atomic;
+        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
+        if self.qp_type == QpType::Rc {
+            m = m
+                | AttrMask::TIMEOUT
+                | AttrMask::RETRY_CNT
+                | AttrMask::RNR_RETRY
+                | AttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, m)
+    }
+
+    /// UD: RESET -> INIT -> RTR -> RTS with the given Q_Key.
+    pub fn ready_ud(&self, qkey: u32, psn: Psn) -> Result<()> {
+        let mut a = QpAttr { qp_state: QpState::Init, qkey, ..QpAttr::default() };
+        self.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)?;
+        a.qp_state = QpState::Rtr;
+        self.modify(&a, AttrMask::STATE)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = psn;
+        self.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+    }
+
+    /// `ibv_post_send`; the packets leave from the calling thread.
+    pub fn post_send(&self, wr: SendWr) -> Result<()> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        core.engine.post_send(self.qpn, wr)?;
+        sh.kick(&mut core);
+        Ok(())
+    }
+
+    /// Posts several send WRs under one lock and one flush.
+    pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        let mut r = Ok(());
+        for wr in wrs {
+            if let Err(e) = core.engine.post_send(self.qpn, wr) {
+                r = Err(e.into());
+                break;
+            }
+        }
+        sh.kick(&mut core);
+        r
+    }
+
+    /// `ibv_post_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.dev().with(|e| e.post_recv(self.qpn, wr))
+    }
+
+    /// Send WRs posted and not yet completed.
+    pub fn outstanding(&self) -> usize {
+        self.dev().shared().lock().engine.sq_outstanding(self.qpn)
+    }
+}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        let _ = self.dev().with(|e| e.destroy_qp(self.qpn));
+    }
+}

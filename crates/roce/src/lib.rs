@@ -1,0 +1,26 @@
+//! RoCEv2 over real UDP sockets: the driver that runs the `roce-proto`
+//! engine on a socket, and the verbs API applications use.
+//!
+//! ```no_run
+//! use roce::*;
+//! let dev = Device::open(DeviceConfig::new("127.0.0.1:4791".parse().unwrap()))?;
+//! let pd = dev.alloc_pd()?;
+//! let cq = dev.create_cq(256)?;
+//! let qp = pd.create_qp(QpBuilder::rc(&cq))?;
+//! let mr = pd.reg_mr(MemBuf::new(4096), Access::ALL)?;
+//! # Ok::<(), roce::Error>(())
+//! ```
+
+mod capture;
+mod device;
+mod driver;
+mod error;
+mod udp;
+
+pub use device::*;
+pub use error::{Error, Result};
+pub use roce_proto::{
+    Access, AddressVector, AsyncEvent, AttrMask, Counters, MemBuf, PathMtu, QpAttr, QpState, QpType, RecvWr,
+    SendOp, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus,
+};
+pub use roce_wire::Psn;

@@ -1,0 +1,372 @@
+//! Batched UDP I/O with the per-packet metadata RoCEv2 needs: `sendmmsg` and
+//! `recvmmsg`, the IP TOS / IPv6 traffic class of every packet in both
+//! directions (DSCP + ECN: ECT(0) out, CE in), the destination address of
+//! received packets, UDP GSO (`UDP_SEGMENT`) and GRO (`UDP_GRO`) where the
+//! kernel has them. IPv4 packets leave with DF set (`IP_PMTUDISC_DO`), so an
+//! unbound-peer socket sends IP Identification 0 (Linux `ip_select_ident`),
+//! the value the engine's ICRC assumes.
+//!
+//! # Safety argument
+//!
+//! This module is the crate's only `unsafe`: memory handed to the kernel in
+//! `sendmmsg`/`recvmmsg`. Every `msghdr` points at buffers that live on this
+//! function's stack frame or in the caller's slices for the whole call
+//! (`iovec`, `sockaddr_storage`, control buffers), with lengths taken from
+//! those same buffers; the kernel writes at most `msg_namelen`,
+//! `msg_controllen` and `iov_len` bytes into them. Control messages are
+//! built and read only through the `CMSG_*` macros of libc over buffers
+//! aligned for `cmsghdr` (a `u64` array) and sized with `CMSG_SPACE`. The
+//! returned address is decoded from a `sockaddr_storage` according to its
+//! `ss_family` and the length the kernel reported.
+
+use std::io;
+use std::mem::{size_of, zeroed, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsRawFd, RawFd};
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+/// Messages per `sendmmsg`/`recvmmsg` call.
+pub const BATCH: usize = 32;
+/// Largest UDP payload we receive in one buffer (GRO may coalesce up to this).
+pub const RX_BUF: usize = 65536;
+
+const SOL_UDP: libc::c_int = 17;
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Room for TOS/TCLASS + pktinfo + GRO segment size (received) or TOS +
+/// segment size (sent).
+const CMSG_BUF_WORDS: usize = 16;
+
+/// One datagram (or GSO batch of equal-size datagrams) to send.
+#[derive(Debug, Clone, Copy)]
+pub struct TxMsg<'a> {
+    pub dst: SocketAddr,
+    /// TOS / traffic class byte: DSCP << 2 | ECN.
+    pub tos: u8,
+    pub data: &'a [u8],
+    /// GSO: `data` holds datagrams of this size (the last may be shorter).
+    pub segment: Option<u16>,
+}
+
+/// What came with a received buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RxMeta {
+    pub src: SocketAddr,
+    /// Local address the packet was sent to (from IP_PKTINFO).
+    pub dst_ip: Option<IpAddr>,
+    /// TOS / traffic class byte (ECN in the low 2 bits).
+    pub tos: u8,
+    /// Bytes in the buffer.
+    pub len: usize,
+    /// GRO: the buffer holds datagrams of this size (the last may be shorter);
+    /// equal to `len` without GRO.
+    pub stride: usize,
+}
+
+/// A non-blocking UDP socket with batched, metadata-carrying I/O.
+pub struct UdpIo {
+    sock: Socket,
+    v6: bool,
+    gso: bool,
+    gro: bool,
+    local: SocketAddr,
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl UdpIo {
+    /// Binds a UDP socket to `addr` and enables the options above. GSO and GRO
+    /// are used only if the kernel accepts them.
+    pub fn bind(addr: SocketAddr) -> io::Result<UdpIo> {
+        let v6 = addr.is_ipv6();
+        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if v6 {
+            sock.set_only_v6(true)?;
+        }
+        sock.bind(&addr.into())?;
+        sock.set_nonblocking(true)?;
+        let _ = sock.set_recv_buffer_size(8 << 20);
+        let _ = sock.set_send_buffer_size(8 << 20);
+        let fd = sock.as_raw_fd();
+        if v6 {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)?;
+        } else {
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+        }
+        let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
+        // Probing UDP_SEGMENT with a harmless value tells whether GSO exists;
+        // the per-send control message sets the real size.
+        let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 1500).is_ok()
+            && setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
+        let local = sock.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not an IP socket"))?;
+        Ok(UdpIo { sock, v6, gso, gro, local })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+    pub fn gro(&self) -> bool {
+        self.gro
+    }
+    pub fn raw_fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Sends up to `BATCH` messages with one `sendmmsg`. Returns how many
+    /// were taken by the kernel (0 when the socket buffer is full).
+    pub fn send(&self, msgs: &[TxMsg<'_>]) -> io::Result<usize> {
+        let n = msgs.len().min(BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
+        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
+        let mut ctrl = [[0u64; CMSG_BUF_WORDS]; BATCH];
+        for i in 0..n {
+            let m = &msgs[i];
+            iovs[i] = libc::iovec { iov_base: m.data.as_ptr() as *mut _, iov_len: m.data.len() };
+            let namelen = write_sockaddr(&mut names[i], m.dst);
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = namelen;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = ctrl[i].as_mut_ptr().cast();
+            h.msg_controllen = size_of::<[u64; CMSG_BUF_WORDS]>() as _;
+            // SAFETY: msg_control/msg_controllen describe ctrl[i], aligned
+            // for cmsghdr; CMSG_NXTHDR stays within it (checked by libc).
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(h);
+                let mut used = 0usize;
+                let (level, ty) = if self.v6 {
+                    (libc::IPPROTO_IPV6, libc::IPV6_TCLASS)
+                } else {
+                    (libc::IPPROTO_IP, libc::IP_TOS)
+                };
+                (*c).cmsg_level = level;
+                (*c).cmsg_type = ty;
+                (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), libc::c_int::from(m.tos));
+                used += libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) as usize;
+                if let (Some(seg), true) = (m.segment, self.gso) {
+                    c = libc::CMSG_NXTHDR(h, c);
+                    (*c).cmsg_level = SOL_UDP;
+                    (*c).cmsg_type = UDP_SEGMENT;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg);
+                    used += libc::CMSG_SPACE(size_of::<u16>() as u32) as usize;
+                }
+                h.msg_controllen = used as _;
+            }
+        }
+        // SAFETY: hdrs[..n] are fully initialised and every pointer in them
+        // refers to memory alive until this call returns.
+        let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        Ok(r as usize)
+    }
+
+    /// Receives up to `bufs.len()` (at most `BATCH`) buffers with one
+    /// `recvmmsg`. Returns how many were filled (0 when nothing is waiting).
+    pub fn recv(&self, bufs: &mut [Vec<u8>], metas: &mut [RxMeta]) -> io::Result<usize> {
+        let n = bufs.len().min(metas.len()).min(BATCH);
+        if n == 0 {
+            return Ok(0);
+        }
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
+        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
+        let mut names: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::zeroed(); BATCH];
+        let mut ctrl = [[0u64; CMSG_BUF_WORDS]; BATCH];
+        for i in 0..n {
+            iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = names[i].as_mut_ptr().cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = ctrl[i].as_mut_ptr().cast();
+            h.msg_controllen = size_of::<[u64; CMSG_BUF_WORDS]>() as _;
+        }
+        // SAFETY: as in `send`; the kernel writes within the described buffers.
+        let r = unsafe {
+            libc::recvmmsg(
+                self.sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as u32,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::WouldBlock {
+                return Ok(0);
+            }
+            return Err(e);
+        }
+        let got = r as usize;
+        for i in 0..got {
+            let h = &hdrs[i].msg_hdr;
+            let len = hdrs[i].msg_len as usize;
+            // SAFETY: the kernel filled names[i] (zeroed before) up to msg_namelen.
+            let src = unsafe { read_sockaddr(names[i].assume_init_ref(), h.msg_namelen) }
+                .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
+            let mut meta = RxMeta { src, dst_ip: None, tos: 0, len, stride: len };
+            // SAFETY: walking the control buffer the kernel filled, with the
+            // length it reported, through libc's CMSG macros.
+            unsafe {
+                let mut c = libc::CMSG_FIRSTHDR(h);
+                while !c.is_null() {
+                    let data = libc::CMSG_DATA(c);
+                    match ((*c).cmsg_level, (*c).cmsg_type) {
+                        (libc::IPPROTO_IP, libc::IP_TOS) => meta.tos = std::ptr::read_unaligned(data),
+                        (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
+                            meta.tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
+                        }
+                        (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                            let pi: libc::in_pktinfo = std::ptr::read_unaligned(data.cast());
+                            meta.dst_ip = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(pi.ipi_addr.s_addr))));
+                        }
+                        (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                            let pi: libc::in6_pktinfo = std::ptr::read_unaligned(data.cast());
+                            meta.dst_ip = Some(IpAddr::V6(Ipv6Addr::from(pi.ipi6_addr.s6_addr)));
+                        }
+                        (SOL_UDP, UDP_GRO) => {
+                            let seg = std::ptr::read_unaligned(data.cast::<libc::c_int>());
+                            if seg > 0 {
+                                meta.stride = seg as usize;
+                            }
+                        }
+                        _ => {}
+                    }
+                    c = libc::CMSG_NXTHDR(h, c);
+                }
+            }
+            metas[i] = meta;
+        }
+        Ok(got)
+    }
+}
+
+fn write_sockaddr(s: &mut libc::sockaddr_storage, a: SocketAddr) -> libc::socklen_t {
+    match a {
+        SocketAddr::V4(v4) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in.
+            let sin = unsafe { &mut *(s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            sin.sin_family = libc::AF_INET as libc::sa_family_t;
+            sin.sin_port = v4.port().to_be();
+            sin.sin_addr = libc::in_addr { s_addr: u32::from(*v4.ip()).to_be() };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(v6) => {
+            // SAFETY: sockaddr_storage is large and aligned enough for sockaddr_in6.
+            let sin6 = unsafe { &mut *(s as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = v6.port().to_be();
+            sin6.sin6_addr = libc::in6_addr { s6_addr: v6.ip().octets() };
+            sin6.sin6_flowinfo = v6.flowinfo();
+            sin6.sin6_scope_id = v6.scope_id();
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// # Safety
+/// `s` must have been written by the kernel with `len` valid bytes.
+unsafe fn read_sockaddr(s: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    match libc::c_int::from(s.ss_family) {
+        libc::AF_INET if len as usize >= size_of::<libc::sockaddr_in>() => {
+            let sin = &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>();
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len as usize >= size_of::<libc::sockaddr_in6>() => {
+            let sin6 = &*(s as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_batch_with_tos_and_gso() {
+        for any in ["127.0.0.1:0", "[::1]:0"] {
+            let a = UdpIo::bind(any.parse().unwrap()).unwrap();
+            let b = UdpIo::bind(any.parse().unwrap()).unwrap();
+            let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
+            let msgs = [
+                TxMsg { dst: b.local_addr(), tos: 0x0a, data: &payload[..100], segment: None },
+                TxMsg { dst: b.local_addr(), tos: 0x03, data: &payload[..3000], segment: Some(1000) },
+            ];
+            let sent = a.send(&msgs).unwrap();
+            assert_eq!(sent, 2);
+            let mut bufs = vec![vec![0u8; RX_BUF]; 8];
+            let mut metas = [RxMeta { src: a.local_addr(), dst_ip: None, tos: 0, len: 0, stride: 0 }; 8];
+            let mut datagrams = Vec::new();
+            for _ in 0..1000 {
+                let n = b.recv(&mut bufs, &mut metas).unwrap();
+                for i in 0..n {
+                    let m = metas[i];
+                    assert_eq!(m.src, a.local_addr());
+                    assert_eq!(m.dst_ip, Some(b.local_addr().ip()));
+                    for chunk in bufs[i][..m.len].chunks(m.stride) {
+                        datagrams.push((m.tos, chunk.len()));
+                    }
+                }
+                if datagrams.len() >= (if a.gso() { 4 } else { 2 }) {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            if a.gso() {
+                assert_eq!(datagrams, vec![(0x0a, 100), (0x03, 1000), (0x03, 1000), (0x03, 1000)], "{any}");
+            } else {
+                assert_eq!(datagrams[0], (0x0a, 100), "{any}");
+            }
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! Two devices in one process over real UDP on loopback (IPv4 and IPv6).
+
+use std::time::Duration;
+
+use roce::*;
+
+struct Side {
+    dev: Device,
+    _pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn side(addr: &str) -> Side {
+    let dev = Device::open(DeviceConfig::new(addr.parse().unwrap())).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(1024).unwrap();
+    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
+    let mr = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).unwrap();
+    Side { dev, _pd: pd, cq, qp, mr }
+}
+
+fn pair(a: &str, b: &str) -> (Side, Side) {
+    let (x, y) = (side(a), side(b));
+    let (ex, ey) = (x.qp.endpoint(), y.qp.endpoint());
+    let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
+    x.qp.connect(&ey, ex.psn, &opts).unwrap();
+    y.qp.connect(&ex, ey.psn, &opts).unwrap();
+    (x, y)
+}
+
+fn wait_n(cq: &Cq, n: usize) -> Vec<Wc> {
+    let mut all = Vec::new();
+    let mut buf = [WC_ZERO; 64];
+    while all.len() < n {
+        let k = cq.wait(&mut buf, Duration::from_secs(10)).expect("completion within 10 s");
+        all.extend_from_slice(&buf[..k]);
+    }
+    all
+}
+
+fn every_operation(a: &str, b: &str) {
+    let (x, y) = pair(a, b);
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 7) as u8).collect();
+    x.mr.buf().write(0, &data).unwrap();
+    // WRITE 300 KB, SEND 10 KB with imm, READ it back, FETCH_ADD, CMP_SWAP
+    y.qp.post_recv(RecvWr { wr_id: 100, sg_list: vec![y.mr.sge(500_000, 20_000)] }).unwrap();
+    y.mr.buf().write(900_000, &41u64.to_ne_bytes()).unwrap();
+    let wrs = vec![
+        SendWr::new(
+            1,
+            SendOp::Write { remote_addr: y.mr.addr(), rkey: y.mr.rkey() },
+            vec![x.mr.sge(0, 300_000)],
+        ),
+        SendWr::new(2, SendOp::SendWithImm { imm: 0x1234 }, vec![x.mr.sge(1000, 10_000)]),
+        SendWr::new(
+            3,
+            SendOp::Read { remote_addr: y.mr.addr() + 5, rkey: y.mr.rkey() },
+            vec![x.mr.sge(400_000, 100_000)],
+        ),
+        SendWr::new(
+            4,
+            SendOp::FetchAdd { remote_addr: y.mr.addr() + 900_000, rkey: y.mr.rkey(), add: 1 },
+            vec![x.mr.sge(600_000, 8)],
+        ),
+        SendWr::new(
+            5,
+            SendOp::CompareSwap {
+                remote_addr: y.mr.addr() + 900_000,
+                rkey: y.mr.rkey(),
+                compare: 42,
+                swap: 7,
+            },
+            vec![x.mr.sge(600_008, 8)],
+        ),
+    ];
+    x.qp.post_send_batch(wrs).unwrap();
+    let wx = wait_n(&x.cq, 5);
+    eprintln!(
+        "x {:?} drop {}\ny {:?} drop {}",
+        x.dev.counters(),
+        x.dev.tx_dropped(),
+        y.dev.counters(),
+        y.dev.tx_dropped()
+    );
+    assert_eq!(
+        wx.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
+        (1..=5).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
+    );
+    let wy = wait_n(&y.cq, 1);
+    assert_eq!((wy[0].wr_id, wy[0].byte_len, wy[0].imm_data), (100, 10_000, 0x1234));
+    let yb = y.mr.buf().to_vec();
+    assert_eq!(&yb[..300_000], &data[..]);
+    assert_eq!(&yb[500_000..510_000], &data[1000..11_000]);
+    assert_eq!(u64::from_ne_bytes(yb[900_000..900_008].try_into().unwrap()), 7);
+    let xb = x.mr.buf().to_vec();
+    assert_eq!(&xb[400_000..500_000], &data[5..100_005]);
+    assert_eq!(u64::from_ne_bytes(xb[600_000..600_008].try_into().unwrap()), 41);
+    assert_eq!(u64::from_ne_bytes(xb[600_008..600_016].try_into().unwrap()), 42);
+    for d in [&x.dev, &y.dev] {
+        let c = d.counters();
+        assert_eq!((c.icrc_errors, c.malformed_dropped), (0, 0), "{c:?}");
+    }
+}
+
+#[test]
+fn every_operation_ipv4() {
+    every_operation("127.0.0.1:0", "127.0.0.1:0");
+}
+
+#[test]
+fn every_operation_ipv6() {
+    every_operation("[::1]:0", "[::1]:0");
+}
