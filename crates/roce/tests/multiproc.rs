@@ -1,0 +1,324 @@
+//! Several processes, each one device, over real UDP: every node connects an
+//! RC QP to every other node and runs every operation against it; each node
+//! then checks, byte for byte, what the others wrote into its memory.
+//!
+//! Without arguments this file is the orchestrator (run by `cargo test`):
+//! it starts 2 and 4 node processes (itself, with `node` as argument) over
+//! IPv4 and IPv6 loopback, relays their endpoints, and checks they all
+//! succeed. The orchestrator is the out-of-band channel, through the nodes'
+//! stdin and stdout.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use roce::*;
+
+/// Layout of each node's memory region (per peer slot of `SLOT` bytes).
+const SLOT: u64 = 1 << 20;
+const MAX_NODES: u64 = 8;
+/// Offsets inside a peer's slot: what the peer WRITEs, what it SENDs into,
+/// the atomic counter.
+const W_OFF: u64 = 0;
+const W_LEN: u32 = 300_000;
+const S_OFF: u64 = 400_000;
+const S_LEN: u32 = 50_000;
+/// The region every node fills with its own pattern for peers to READ.
+const R_BASE: u64 = SLOT * MAX_NODES;
+const R_LEN: u32 = 200_000;
+/// Shared counter everyone FETCH_ADDs (8-byte aligned).
+const COUNTER: u64 = R_BASE + R_LEN as u64 + 8;
+const TOTAL: u64 = COUNTER + 4096;
+
+fn pattern(from: u64, to: u64, kind: u64, len: usize) -> Vec<u8> {
+    let mut x = from * 1_000_003 + to * 10_007 + kind * 101 + 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn node(id: u64, bind: &str) -> std::result::Result<(), String> {
+    let e = |x: roce::Error| x.to_string();
+    let dev = Device::open(DeviceConfig::new(bind.parse().unwrap())).map_err(e)?;
+    let pd = dev.alloc_pd().map_err(e)?;
+    let cq = dev.create_cq(4096).map_err(e)?;
+    let mr = pd.reg_mr(MemBuf::new(TOTAL as usize), Access::ALL).map_err(e)?;
+    mr.buf().write(R_BASE as usize, &pattern(id, id, 9, R_LEN as usize)).unwrap();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let mut line = || lines.next().and_then(|l| l.ok()).ok_or_else(|| "orchestrator went away".to_string());
+    let n: u64 = line()?.parse().map_err(|_| "bad node count")?;
+    // One QP per peer; announce them with the MR.
+    let mut qps = Vec::new();
+    for peer in 0..n {
+        if peer == id {
+            qps.push(None);
+            continue;
+        }
+        let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(64).max_recv_wr(64)).map_err(e)?;
+        let ep = qp.endpoint();
+        println!(
+            "EP {id} {peer} {} {} {} {} {} {}",
+            ep.gid,
+            ep.port,
+            ep.qpn,
+            ep.psn.value(),
+            mr.rkey(),
+            mr.addr()
+        );
+        qps.push(Some((qp, ep)));
+    }
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    let mut remote = vec![None; n as usize];
+    loop {
+        let l = line()?;
+        if l == "GO" {
+            break;
+        }
+        // EP from to gid port qpn psn rkey addr, addressed to us (to == id)
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let from: u64 = f[1].parse().unwrap();
+        let ep = Endpoint {
+            gid: f[3].parse().unwrap(),
+            port: f[4].parse().unwrap(),
+            qpn: f[5].parse().unwrap(),
+            psn: Psn::new(f[6].parse().unwrap()),
+        };
+        remote[from as usize] = Some((ep, f[7].parse::<u32>().unwrap(), f[8].parse::<u64>().unwrap()));
+    }
+    let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
+    for peer in 0..n as usize {
+        if let (Some((qp, ep)), Some((rep, _, _))) = (&qps[peer], &remote[peer]) {
+            qp.connect(rep, ep.psn, &opts).map_err(e)?;
+            // Room for the peer's SEND, in our slot for it.
+            qp.post_recv(RecvWr {
+                wr_id: 1000 + peer as u64,
+                sg_list: vec![mr.sge(peer as u64 * SLOT + S_OFF, S_LEN)],
+            })
+            .map_err(e)?;
+        }
+    }
+    println!("CONNECTED");
+    std::io::stdout().flush().unwrap();
+    if line()? != "RUN" {
+        return Err("expected RUN".into());
+    }
+    // Every operation against every peer; sources live in a scratch area.
+    let scratch = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).map_err(e)?;
+    let mut recvs = 0;
+    for peer in 0..n {
+        let (Some((qp, _)), Some((_, rkey, addr))) = (&qps[peer as usize], &remote[peer as usize]) else {
+            continue;
+        };
+        let base = addr + id * SLOT;
+        let w = pattern(id, peer, 1, W_LEN as usize);
+        let s = pattern(id, peer, 2, S_LEN as usize);
+        let so = peer * 8192;
+        scratch.buf().write(0, &w).unwrap();
+        scratch.buf().write(W_LEN as usize, &s).unwrap();
+        let wrs = vec![
+            SendWr::new(
+                1,
+                SendOp::Write { remote_addr: base + W_OFF, rkey: *rkey },
+                vec![scratch.sge(0, W_LEN)],
+            ),
+            SendWr::new(2, SendOp::SendWithImm { imm: id as u32 }, vec![scratch.sge(W_LEN as u64, S_LEN)]),
+        ];
+        qp.post_send_batch(wrs).map_err(e)?;
+        // wait for these before reusing scratch
+        wait(&cq, 2, &mut recvs)?;
+        let rd = SendWr::new(
+            3,
+            SendOp::Read { remote_addr: addr + R_BASE, rkey: *rkey },
+            vec![scratch.sge(0, R_LEN)],
+        );
+        let fa = SendWr::new(
+            4,
+            SendOp::FetchAdd { remote_addr: addr + COUNTER, rkey: *rkey, add: 1 << (8 * id) },
+            vec![scratch.sge(R_LEN as u64 + so, 8)],
+        );
+        let cs = SendWr::new(
+            5,
+            SendOp::CompareSwap {
+                remote_addr: addr + COUNTER + 8 * (id + 1),
+                rkey: *rkey,
+                compare: 0,
+                swap: id + 100,
+            },
+            vec![scratch.sge(R_LEN as u64 + so + 8, 8)],
+        );
+        qp.post_send_batch(vec![rd, fa, cs]).map_err(e)?;
+        wait(&cq, 3, &mut recvs)?;
+        if scratch.buf().to_vec()[..R_LEN as usize] != pattern(peer, peer, 9, R_LEN as usize)[..] {
+            return Err(format!("READ from {peer}: data differs"));
+        }
+    }
+    // Our receives: one SEND from each peer.
+    let mut buf = [WC_ZERO; 64];
+    while recvs < n - 1 {
+        let k = cq.wait(&mut buf, Duration::from_secs(20)).map_err(e)?;
+        for wc in &buf[..k] {
+            if wc.status != WcStatus::Success || wc.opcode != WcOpcode::Recv || wc.byte_len != S_LEN {
+                return Err(format!("bad receive completion {wc:?}"));
+            }
+            recvs += 1;
+        }
+    }
+    println!("DONE");
+    std::io::stdout().flush().unwrap();
+    if line()? != "CHECK" {
+        return Err("expected CHECK".into());
+    }
+    // Everything the peers did to our memory.
+    let mem = mr.buf().to_vec();
+    let mut total = 0u64;
+    for peer in 0..n {
+        if peer == id {
+            continue;
+        }
+        let b = (peer * SLOT) as usize;
+        if mem[b..b + W_LEN as usize] != pattern(peer, id, 1, W_LEN as usize)[..] {
+            return Err(format!("WRITE from {peer}: data differs"));
+        }
+        if mem[b + S_OFF as usize..b + (S_OFF + S_LEN as u64) as usize]
+            != pattern(peer, id, 2, S_LEN as usize)[..]
+        {
+            return Err(format!("SEND from {peer}: data differs"));
+        }
+        let cs = u64::from_ne_bytes(mem[(COUNTER + 8 * (peer + 1)) as usize..][..8].try_into().unwrap());
+        if cs != peer + 100 {
+            return Err(format!("CMP_SWAP from {peer}: {cs}"));
+        }
+        total += 1 << (8 * peer);
+    }
+    let counter = u64::from_ne_bytes(mem[COUNTER as usize..][..8].try_into().unwrap());
+    if counter != total {
+        return Err(format!("FETCH_ADD counter {counter:#x}, want {total:#x}"));
+    }
+    let c = dev.counters();
+    if c.icrc_errors + c.malformed_dropped > 0 {
+        return Err(format!("dropped packets: {c:?}"));
+    }
+    println!("OK");
+    Ok(())
+}
+
+fn wait(cq: &Cq, n: usize, recvs: &mut u64) -> std::result::Result<(), String> {
+    let mut got = 0;
+    let mut buf = [WC_ZERO; 16];
+    while got < n {
+        let k = cq.wait(&mut buf, Duration::from_secs(20)).map_err(|e| e.to_string())?;
+        for wc in &buf[..k] {
+            if wc.status != WcStatus::Success {
+                return Err(format!("completion {wc:?}"));
+            }
+            if wc.opcode == WcOpcode::Recv {
+                // a peer's SEND arriving meanwhile
+                if wc.byte_len != S_LEN {
+                    return Err(format!("bad receive completion {wc:?}"));
+                }
+                *recvs += 1;
+                continue;
+            }
+            got += 1;
+        }
+    }
+    Ok(())
+}
+
+struct Node {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Node {
+    fn expect(&mut self, what: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            if self.out.read_line(&mut l).unwrap() == 0 {
+                panic!("node exited before {what}: {lines:?}");
+            }
+            let l = l.trim().to_string();
+            if l == what {
+                return lines;
+            }
+            lines.push(l);
+        }
+    }
+    fn send(&mut self, l: &str) {
+        writeln!(self.child.stdin.as_mut().unwrap(), "{l}").unwrap();
+    }
+}
+
+fn run_cluster(n: u64, bind: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let mut nodes: Vec<Node> = (0..n)
+        .map(|i| {
+            let mut child = Command::new(&exe)
+                .args(["node", &i.to_string(), bind])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let out = BufReader::new(child.stdout.take().unwrap());
+            Node { child, out }
+        })
+        .collect();
+    let mut eps = Vec::new();
+    for nd in nodes.iter_mut() {
+        nd.send(&n.to_string());
+        eps.extend(nd.expect("READY"));
+    }
+    for ep in &eps {
+        let to: usize = ep.split_whitespace().nth(2).unwrap().parse().unwrap();
+        nodes[to].send(ep);
+    }
+    for nd in nodes.iter_mut() {
+        nd.send("GO");
+        nd.expect("CONNECTED");
+    }
+    for nd in nodes.iter_mut() {
+        nd.send("RUN");
+    }
+    for nd in nodes.iter_mut() {
+        nd.expect("DONE");
+    }
+    for nd in nodes.iter_mut() {
+        nd.send("CHECK");
+    }
+    for (i, nd) in nodes.iter_mut().enumerate() {
+        nd.expect("OK");
+        let st = nd.child.wait().unwrap();
+        assert!(st.success(), "node {i} failed");
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("node") {
+        let id: u64 = args[2].parse().unwrap();
+        match node(id, &args[3]) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                eprintln!("node {id}: {e}");
+                println!("FAIL {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let mut passed = 0;
+    for (n, bind) in [(2, "127.0.0.1:0"), (4, "127.0.0.1:0"), (2, "[::1]:0"), (4, "[::1]:0")] {
+        let t = std::time::Instant::now();
+        run_cluster(n, bind);
+        println!("multiproc: {n} processes on {bind}: every operation verified ({:.2?})", t.elapsed());
+        passed += 1;
+    }
+    println!("{passed} passed, 0 failed");
+}
