@@ -300,8 +300,120 @@ fn run_cluster(n: u64, bind: &str) {
     }
 }
 
+/// A peer that connects and then only answers (its driver thread ACKs),
+/// until it is killed.
+fn sink(bind: &str) -> std::result::Result<(), String> {
+    let e = |x: roce::Error| x.to_string();
+    let dev = Device::open(DeviceConfig::new(bind.parse().unwrap())).map_err(e)?;
+    let pd = dev.alloc_pd().map_err(e)?;
+    let cq = dev.create_cq(64).map_err(e)?;
+    let mr = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).map_err(e)?;
+    let qp = pd.create_qp(QpBuilder::rc(&cq)).map_err(e)?;
+    let ep = qp.endpoint();
+    println!("EP {} {} {} {} {} {}", ep.gid, ep.port, ep.qpn, ep.psn.value(), mr.rkey(), mr.addr());
+    std::io::stdout().flush().unwrap();
+    let mut l = String::new();
+    std::io::stdin().read_line(&mut l).map_err(|x| x.to_string())?;
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let peer = Endpoint {
+        gid: f[1].parse().unwrap(),
+        port: f[2].parse().unwrap(),
+        qpn: f[3].parse().unwrap(),
+        psn: Psn::new(f[4].parse().unwrap()),
+    };
+    qp.connect(&peer, ep.psn, &ConnectOptions::default()).map_err(e)?;
+    println!("CONNECTED");
+    std::io::stdout().flush().unwrap();
+    // Block until killed (or until the orchestrator closes stdin).
+    let _ = std::io::stdin().read_line(&mut l);
+    Ok(())
+}
+
+/// Killing the peer mid-run: the survivor's WRs end with RETRY_EXC_ERR and
+/// flushes and its QP in ERR, within a bounded time, never a hang.
+fn killed_peer(bind: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let mut child =
+        Command::new(&exe).args(["sink", bind]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut l = String::new();
+    out.read_line(&mut l).unwrap();
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let remote = Endpoint {
+        gid: f[1].parse().unwrap(),
+        port: f[2].parse().unwrap(),
+        qpn: f[3].parse().unwrap(),
+        psn: Psn::new(f[4].parse().unwrap()),
+    };
+    let (rkey, raddr): (u32, u64) = (f[5].parse().unwrap(), f[6].parse().unwrap());
+    let dev = Device::open(DeviceConfig::new(bind.parse().unwrap())).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(1024).unwrap();
+    let mr = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).unwrap();
+    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256)).unwrap();
+    let ep = qp.endpoint();
+    let stdin = child.stdin.as_mut().unwrap();
+    writeln!(stdin, "EP {} {} {} {}", ep.gid, ep.port, ep.qpn, ep.psn.value()).unwrap();
+    l.clear();
+    out.read_line(&mut l).unwrap();
+    assert_eq!(l.trim(), "CONNECTED");
+    let opts = ConnectOptions { timeout: 12, retry_cnt: 3, ..ConnectOptions::default() };
+    qp.connect(&remote, ep.psn, &opts).unwrap();
+    let write = |id| SendWr::new(id, SendOp::Write { remote_addr: raddr, rkey }, vec![mr.sge(0, 65536)]);
+    let mut buf = [WC_ZERO; 64];
+    let mut ok = 0u64;
+    let mut id = 0;
+    let mut killed_at = None;
+    let mut statuses = Vec::new();
+    // Keep 16 WRITEs in flight; kill the peer after 200 have completed.
+    for _ in 0..16 {
+        qp.post_send(write(id)).unwrap();
+        id += 1;
+    }
+    loop {
+        let n = cq.wait(&mut buf, Duration::from_secs(30)).expect("the survivor must not hang");
+        for wc in &buf[..n] {
+            if wc.status == WcStatus::Success {
+                ok += 1;
+            } else {
+                statuses.push(wc.status);
+            }
+        }
+        if ok >= 200 && killed_at.is_none() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            killed_at = Some(std::time::Instant::now());
+        }
+        if !statuses.is_empty() && qp.outstanding() == 0 {
+            break;
+        }
+        if statuses.is_empty() {
+            for _ in 0..n {
+                qp.post_send(write(id)).unwrap();
+                id += 1;
+            }
+        }
+    }
+    let took = killed_at.unwrap().elapsed();
+    assert_eq!(statuses[0], WcStatus::RetryExcErr, "{statuses:?}");
+    assert!(statuses[1..].iter().all(|s| *s == WcStatus::WrFlushErr), "{statuses:?}");
+    assert_eq!(qp.state().unwrap(), QpState::Err);
+    assert!(dev.counters().retry_exceeded_err == 1);
+    println!(
+        "multiproc: peer killed after {ok} WRITEs: RETRY_EXC_ERR + {} flushed, QP in ERR after {took:.2?}",
+        statuses.len() - 1
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("sink") {
+        if let Err(e) = sink(&args[2]) {
+            eprintln!("sink: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if args.get(1).map(String::as_str) == Some("node") {
         let id: u64 = args[2].parse().unwrap();
         match node(id, &args[3]) {
@@ -320,5 +432,7 @@ fn main() {
         println!("multiproc: {n} processes on {bind}: every operation verified ({:.2?})", t.elapsed());
         passed += 1;
     }
+    killed_peer("127.0.0.1:0");
+    passed += 1;
     println!("{passed} passed, 0 failed");
 }
