@@ -381,7 +381,6 @@ fn killed_peer(bind: &str) {
         }
         if ok >= 200 && killed_at.is_none() {
             child.kill().unwrap();
-            child.wait().unwrap();
             killed_at = Some(std::time::Instant::now());
         }
         if !statuses.is_empty() && qp.outstanding() == 0 {
@@ -395,6 +394,7 @@ fn killed_peer(bind: &str) {
         }
     }
     let took = killed_at.unwrap().elapsed();
+    child.wait().unwrap();
     assert_eq!(statuses[0], WcStatus::RetryExcErr, "{statuses:?}");
     assert!(statuses[1..].iter().all(|s| *s == WcStatus::WrFlushErr), "{statuses:?}");
     assert_eq!(qp.state().unwrap(), QpState::Err);
