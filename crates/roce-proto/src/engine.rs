@@ -687,14 +687,24 @@ impl Engine {
         self.sync_timer(qpn);
     }
 
-    /// Produces the next datagram to send, if any: responses first, then
-    /// requests, one packet per QP in turn.
+    /// Produces the next datagram to send, if any: one packet per QP in
+    /// turn, each QP alternating between its requests and its responses.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.scheduled = false;
-            let len = responder::poll_transmit(qp, &mut self.res, buf)
-                .or_else(|| requester::poll_transmit(qp, &mut self.res, now, buf));
+            // A QP alternates: a request, then a response, so neither
+            // direction starves the other; a request goes first so that a
+            // reply the application just posted leaves before the ACK of the
+            // message it answers.
+            let len = if qp.resp_turn {
+                responder::poll_transmit(qp, &mut self.res, buf)
+                    .or_else(|| requester::poll_transmit(qp, &mut self.res, now, buf))
+            } else {
+                requester::poll_transmit(qp, &mut self.res, now, buf)
+                    .or_else(|| responder::poll_transmit(qp, &mut self.res, buf))
+            };
+            qp.resp_turn = !qp.resp_turn;
             let Some(len) = len else {
                 self.sync_timer(qpn);
                 continue;

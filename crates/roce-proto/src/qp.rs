@@ -166,6 +166,8 @@ pub(crate) struct Qp {
     pub resp: RespState,
     /// Present in the engine's ready list.
     pub scheduled: bool,
+    /// Whose turn it is to transmit: the responder's (true) or the requester's.
+    pub resp_turn: bool,
     /// Deadline registered in the engine's timer set.
     pub timer_key: Option<Instant>,
     /// UDP source port: flow entropy (Annex A17.4.2).
@@ -186,6 +188,7 @@ impl Qp {
             comp: CompState::default(),
             resp: RespState::default(),
             scheduled: false,
+            resp_turn: false,
             timer_key: None,
             udp_sport,
         }

@@ -101,7 +101,13 @@ impl Device {
         }
         let poll = mio::Poll::new()?;
         let fd = core.fd();
-        poll.registry().register(&mut mio::unix::SourceFd(&fd), driver::SOCKET, mio::Interest::READABLE)?;
+        if !cfg.busy_poll {
+            poll.registry().register(
+                &mut mio::unix::SourceFd(&fd),
+                driver::SOCKET,
+                mio::Interest::READABLE,
+            )?;
+        }
         let waker = mio::Waker::new(poll.registry(), driver::WAKER)?;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
@@ -137,6 +143,20 @@ impl Device {
     /// Whether UDP GSO and GRO are in use.
     pub fn offloads(&self) -> (bool, bool) {
         self.shared().lock().offloads()
+    }
+
+    /// Receives what is waiting, runs due timers and sends: what a
+    /// busy-polling application calls in its loop (the driver thread does it
+    /// otherwise). Returns true if anything arrived or a timer ran.
+    pub fn progress(&self) -> Result<bool> {
+        let sh = self.shared();
+        let mut core = sh.lock();
+        let now = sh.now();
+        let a = if sh.busy_poll { core.progress_deferred(now)? } else { core.progress(now)? };
+        if a {
+            sh.cq_cond.notify_all();
+        }
+        Ok(a)
     }
 
     /// A snapshot of the engine's counters.
@@ -322,7 +342,7 @@ impl Cq {
         let mut core = sh.lock();
         if sh.busy_poll {
             let now = sh.now();
-            core.progress(now)?;
+            core.progress_deferred(now)?;
         }
         Ok(core.engine.poll_cq(self.inner.id, out)?)
     }
@@ -335,7 +355,7 @@ impl Cq {
         loop {
             if sh.busy_poll {
                 let now = sh.now();
-                core.progress(now)?;
+                core.progress_deferred(now)?;
             }
             let n = core.engine.poll_cq(self.inner.id, out)?;
             if n > 0 {

@@ -115,6 +115,22 @@ impl Core {
     /// Receives all waiting datagrams, runs due timers, sends. Returns true
     /// if anything arrived or a timer ran.
     pub fn progress(&mut self, now: Instant) -> io::Result<bool> {
+        let activity = self.receive(now)?;
+        self.flush(now)?;
+        Ok(activity)
+    }
+
+    /// Busy-poll progress from an application thread: first send what
+    /// earlier calls left (their ACKs and responses), then receive and run
+    /// timers, and leave what that produced for the next call or post. The
+    /// application sees incoming data one `sendmmsg` earlier, and a reply it
+    /// posts leaves in the same batch as the ACK.
+    pub fn progress_deferred(&mut self, now: Instant) -> io::Result<bool> {
+        self.flush(now)?;
+        self.receive(now)
+    }
+
+    fn receive(&mut self, now: Instant) -> io::Result<bool> {
         let mut activity = false;
         let local = self.io.local_addr();
         loop {
@@ -146,7 +162,6 @@ impl Core {
             self.engine.handle_timeout(now);
             activity = true;
         }
-        self.flush(now)?;
         Ok(activity)
     }
 
@@ -247,14 +262,25 @@ impl Capture {
 }
 
 /// The driver thread: progress when the socket is readable or a timer is
-/// due; sleeps in between unless busy-polling.
+/// due, sleeping in between. In busy-poll mode the application's threads
+/// receive (they spin in `Cq::poll`/`Device::progress`), so this thread only
+/// keeps the timers.
 pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
     let mut events = mio::Events::with_capacity(8);
     while !shared.stop.load(Ordering::Acquire) {
         let timeout = {
             let mut core = shared.lock();
             let now = shared.now();
-            let activity = core.progress(now).unwrap_or(false);
+            let activity = if shared.busy_poll {
+                let due = core.engine.poll_timeout().is_some_and(|t| t <= now);
+                if due {
+                    core.engine.handle_timeout(now);
+                }
+                let _ = core.flush(now);
+                due
+            } else {
+                core.progress(now).unwrap_or(false)
+            };
             if activity {
                 shared.cq_cond.notify_all();
             }
@@ -262,10 +288,6 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
             next.map(|t| StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())))
         };
-        if shared.busy_poll {
-            std::thread::yield_now();
-            continue;
-        }
         let _ = poll.poll(&mut events, timeout);
     }
 }

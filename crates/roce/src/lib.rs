@@ -15,7 +15,7 @@ mod capture;
 mod device;
 mod driver;
 mod error;
-mod udp;
+pub mod udp;
 
 pub use device::*;
 pub use error::{Error, Result};

@@ -1,0 +1,248 @@
+//! RoCE over UDP against raw UDP, measured in the same run on this machine.
+//!
+//! * Throughput: raw UDP blasting datagrams of the size of an RDMA WRITE
+//!   packet at MTU 4096 (4096 B payload + BTH + ICRC), batched with the same
+//!   sendmmsg/GSO path the driver uses, received with recvmmsg/GRO; against
+//!   64 KiB RDMA WRITEs at MTU 4096, 64 in flight, between two devices.
+//! * Latency: raw UDP ping-pong of datagrams the size of an 8-byte
+//!   WRITE_ONLY packet, against a ping-pong of 8-byte RDMA WRITEs where each
+//!   side polls its memory for the other's write (perftest's write_lat),
+//!   both busy-polling. Reported as half the round trip, like perftest.
+//!
+//! Prints the figures and the two ratios. `ROCE_BENCH_SECS` sets the length
+//! of each throughput phase (default 3 s).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use roce::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
+use roce::*;
+
+const MSG: u32 = 65536;
+const PKT: usize = 12 + 4096 + 4; // BTH + payload + ICRC (RETH only on FIRST)
+const LAT_PKT: usize = 12 + 16 + 8 + 4; // WRITE_ONLY of 8 bytes
+
+fn secs() -> f64 {
+    std::env::var("ROCE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(3.0)
+}
+
+fn raw_udp_throughput() -> f64 {
+    let rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let tx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dst = rx.local_addr();
+    let stop = Arc::new(AtomicBool::new(false));
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (s2, b2) = (stop.clone(), bytes.clone());
+    let receiver = std::thread::spawn(move || {
+        let mut bufs = vec![vec![0u8; RX_BUF]; BATCH];
+        let mut metas = vec![RxMeta { src: dst, dst_ip: None, tos: 0, len: 0, stride: 0 }; BATCH];
+        while !s2.load(Ordering::Relaxed) {
+            let n = rx.recv(&mut bufs, &mut metas).unwrap();
+            let got: usize = metas[..n].iter().map(|m| m.len).sum();
+            b2.fetch_add(got as u64, Ordering::Relaxed);
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+    });
+    // 16 datagrams per GSO send (one 64 KiB message), 32 sends per sendmmsg.
+    let per = 15;
+    let data = vec![0x5au8; PKT * per];
+    let msgs: Vec<TxMsg<'_>> = (0..BATCH)
+        .map(|_| TxMsg { dst, tos: 2, data: &data, segment: tx.gso().then_some(PKT as u16) })
+        .collect();
+    let single: Vec<TxMsg<'_>> =
+        (0..BATCH).map(|_| TxMsg { dst, tos: 2, data: &data[..PKT], segment: None }).collect();
+    let t0 = Instant::now();
+    let start_bytes = bytes.load(Ordering::Relaxed);
+    let dur = Duration::from_secs_f64(secs());
+    while t0.elapsed() < dur {
+        let batch = if tx.gso() { &msgs } else { &single };
+        if tx.send(batch).unwrap() == 0 {
+            std::thread::yield_now();
+        }
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let b = bytes.load(Ordering::Relaxed) - start_bytes;
+    stop.store(true, Ordering::Relaxed);
+    receiver.join().unwrap();
+    // goodput: payload bytes only
+    b as f64 * 4096.0 / PKT as f64 * 8.0 / el / 1e9
+}
+
+struct End {
+    dev: Device,
+    _pd: Pd,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+}
+
+fn end(busy: bool) -> End {
+    let mut cfg = DeviceConfig::new("127.0.0.1:0".parse().unwrap());
+    cfg.busy_poll = busy;
+    let dev = Device::open(cfg).unwrap();
+    let pd = dev.alloc_pd().unwrap();
+    let cq = dev.create_cq(4096).unwrap();
+    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
+    let mr = pd.reg_mr(MemBuf::new(64 << 20), Access::ALL).unwrap();
+    End { dev, _pd: pd, cq, qp, mr }
+}
+
+fn connect(a: &End, b: &End) {
+    let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
+    let o = ConnectOptions { mtu: PathMtu::Mtu4096, ..ConnectOptions::default() };
+    a.qp.connect(&eb, ea.psn, &o).unwrap();
+    b.qp.connect(&ea, eb.psn, &o).unwrap();
+}
+
+fn roce_write_bw() -> f64 {
+    let (a, b) = (end(false), end(false));
+    connect(&a, &b);
+    let depth = 64u64;
+    let wr = |i: u64| {
+        let off = (i % 512) * MSG as u64;
+        let mut w = SendWr::new(
+            i,
+            SendOp::Write { remote_addr: b.mr.addr() + off, rkey: b.mr.rkey() },
+            vec![a.mr.sge(off, MSG)],
+        );
+        w.signaled = true;
+        w
+    };
+    let mut posted = 0;
+    a.qp.post_send_batch((0..depth).map(wr)).unwrap();
+    posted += depth;
+    let mut done = 0u64;
+    let mut buf = [WC_ZERO; 64];
+    let t0 = Instant::now();
+    let dur = Duration::from_secs_f64(secs());
+    while t0.elapsed() < dur {
+        let n = a.cq.wait(&mut buf, Duration::from_secs(10)).unwrap();
+        for w in &buf[..n] {
+            assert_eq!(w.status, WcStatus::Success);
+        }
+        done += n as u64;
+        a.qp.post_send_batch((posted..posted + n as u64).map(wr)).unwrap();
+        posted += n as u64;
+    }
+    let el = t0.elapsed().as_secs_f64();
+    let c = a.dev.counters();
+    eprintln!(
+        "  roce: {done} WRITEs, {} packets sent, {} retries, {} tx dropped by the kernel",
+        c.sent_pkts,
+        c.completer_retry_err + c.rcvd_seq_err,
+        a.dev.tx_dropped()
+    );
+    done as f64 * MSG as f64 * 8.0 / el / 1e9
+}
+
+fn raw_udp_latency(iters: usize) -> f64 {
+    let a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let (aa, ba) = (a.local_addr(), b.local_addr());
+    let echo = std::thread::spawn(move || {
+        let mut bufs = vec![vec![0u8; 2048]; 1];
+        let mut metas = vec![RxMeta { src: aa, dst_ip: None, tos: 0, len: 0, stride: 0 }; 1];
+        let mut n = 0;
+        while n < iters {
+            if b.recv(&mut bufs, &mut metas).unwrap() == 1 {
+                b.send(&[TxMsg { dst: aa, tos: 2, data: &bufs[0][..LAT_PKT], segment: None }]).unwrap();
+                n += 1;
+            }
+        }
+    });
+    let data = [7u8; LAT_PKT];
+    let mut bufs = vec![vec![0u8; 2048]; 1];
+    let mut metas = vec![RxMeta { src: ba, dst_ip: None, tos: 0, len: 0, stride: 0 }; 1];
+    let mut samples = Vec::with_capacity(iters);
+    for _ in 0..iters {
+        let t = Instant::now();
+        a.send(&[TxMsg { dst: ba, tos: 2, data: &data, segment: None }]).unwrap();
+        while a.recv(&mut bufs, &mut metas).unwrap() == 0 {}
+        samples.push(t.elapsed());
+    }
+    echo.join().unwrap();
+    median_half(&mut samples)
+}
+
+fn median_half(s: &mut [Duration]) -> f64 {
+    s.sort();
+    s[s.len() / 2].as_secs_f64() * 1e6 / 2.0
+}
+
+/// perftest's write_lat: each side writes its iteration number into the
+/// other's buffer and spins on its own buffer for the reply.
+fn roce_write_lat(iters: usize) -> f64 {
+    let (a, b) = (end(true), end(true));
+    connect(&a, &b);
+    let run = |me: &End, peer: &End, first: bool| {
+        let (rkey, raddr) = (peer.mr.rkey(), peer.mr.addr());
+        let mut samples = Vec::with_capacity(iters);
+        let mut cqe = [WC_ZERO; 16];
+        let mut word = [0u8; 8];
+        for i in 1..=iters as u64 {
+            let t = Instant::now();
+            if !first {
+                // wait for the peer's i-th write first
+                loop {
+                    me.dev.progress().unwrap();
+                    me.mr.buf().read(0, &mut word).unwrap();
+                    if u64::from_le_bytes(word) >= i {
+                        break;
+                    }
+                }
+            }
+            me.mr.buf().write(8, &i.to_le_bytes()).unwrap();
+            let mut wr = SendWr::new(i, SendOp::Write { remote_addr: raddr, rkey }, vec![me.mr.sge(8, 8)]);
+            wr.inline = true;
+            wr.signaled = i % 64 == 0;
+            me.qp.post_send(wr).unwrap();
+            if first {
+                loop {
+                    me.dev.progress().unwrap();
+                    me.mr.buf().read(0, &mut word).unwrap();
+                    if u64::from_le_bytes(word) >= i {
+                        break;
+                    }
+                }
+                samples.push(t.elapsed());
+            }
+            let _ = me.cq.poll(&mut cqe);
+        }
+        samples
+    };
+    let mut samples = std::thread::scope(|s| {
+        let h = s.spawn(|| run(&b, &a, false));
+        let r = run(&a, &b, true);
+        h.join().unwrap();
+        r
+    });
+    median_half(&mut samples)
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` passes nothing we need.
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let _ = SocketAddr::from(([127, 0, 0, 1], 0));
+    println!("throughput (64 KiB messages, MTU 4096, {} s each):", secs());
+    let udp = raw_udp_throughput();
+    println!(
+        "  raw UDP (sendmmsg{}, {PKT} B datagrams): {udp:.2} Gb/s of payload",
+        if UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap().gso() { " + GSO" } else { "" }
+    );
+    let roce = roce_write_bw();
+    println!("  roce write-bw: {roce:.2} Gb/s");
+    println!("  ratio roce / raw UDP: {:.2} (target >= 0.8)", roce / udp);
+    let iters = 20_000;
+    println!("latency (8 B, busy-poll, median of {iters}, half round trip):");
+    let ul = raw_udp_latency(iters);
+    println!("  raw UDP ping-pong ({LAT_PKT} B): {ul:.2} us");
+    let rl = roce_write_lat(iters);
+    println!("  roce write-lat: {rl:.2} us");
+    println!("  ratio roce / raw UDP: {:.2} (target <= 1.5)", rl / ul);
+}
