@@ -258,10 +258,27 @@ impl Node {
 }
 
 fn run_cluster(n: u64, bind: &str) {
+    let places: Vec<(Option<String>, String)> = (0..n).map(|_| (None, bind.to_string())).collect();
+    run_cluster_in(&places);
+}
+
+/// Runs one node per entry: in that network namespace (if any), bound there.
+fn run_cluster_in(places: &[(Option<String>, String)]) {
+    let n = places.len() as u64;
     let exe = std::env::current_exe().unwrap();
-    let mut nodes: Vec<Node> = (0..n)
-        .map(|i| {
-            let mut child = Command::new(&exe)
+    let mut nodes: Vec<Node> = places
+        .iter()
+        .enumerate()
+        .map(|(i, (ns, bind))| {
+            let mut cmd = match ns {
+                Some(ns) => {
+                    let mut c = Command::new("ip");
+                    c.args(["netns", "exec", ns]).arg(&exe);
+                    c
+                }
+                None => Command::new(&exe),
+            };
+            let mut child = cmd
                 .args(["node", &i.to_string(), bind])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
@@ -434,5 +451,138 @@ fn main() {
     }
     killed_peer("127.0.0.1:0");
     passed += 1;
+    match netns::Pair::create() {
+        Ok(pair) => {
+            for (a, b) in [(pair.a_v4.clone(), pair.b_v4.clone()), (pair.a_v6.clone(), pair.b_v6.clone())] {
+                let t = std::time::Instant::now();
+                run_cluster_in(&[(Some(pair.a.clone()), a.clone()), (Some(pair.b.clone()), b)]);
+                let dropped =
+                    pair.dropped().map_or(String::new(), |d| format!(", {d} packets dropped so far"));
+                println!(
+                    "multiproc: 2 namespaces over veth ({}{dropped}), {a}: every operation verified ({:.2?})",
+                    pair.impairment,
+                    t.elapsed()
+                );
+                passed += 1;
+            }
+        }
+        Err(why) => println!("multiproc: network-namespace test SKIPPED: {why}"),
+    }
     println!("{passed} passed, 0 failed");
+}
+
+/// Two network namespaces joined by a veth pair, made (and removed) by the
+/// test itself, with loss and reordering from `tc netem` where the kernel has
+/// it, else random loss from nftables.
+mod netns {
+    use std::process::Command;
+
+    pub struct Pair {
+        pub a: String,
+        pub b: String,
+        pub a_v4: String,
+        pub b_v4: String,
+        pub a_v6: String,
+        pub b_v6: String,
+        pub impairment: String,
+    }
+
+    fn sh(args: &[&str]) -> Result<(), String> {
+        let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{}: {e}", args[0]))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        }
+    }
+
+    impl Pair {
+        pub fn create() -> Result<Pair, String> {
+            let id = std::process::id() % 100_000;
+            let (a, b) = (format!("roce-a{id}"), format!("roce-b{id}"));
+            let (va, vb) = (format!("rva{id}"), format!("rvb{id}"));
+            sh(&["ip", "netns", "add", &a]).map_err(|e| format!("cannot create network namespaces ({e})"))?;
+            let pair = Pair {
+                a: a.clone(),
+                b: b.clone(),
+                a_v4: "10.77.0.1:4791".into(),
+                b_v4: "10.77.0.2:4791".into(),
+                a_v6: "[fd77::1]:4791".into(),
+                b_v6: "[fd77::2]:4791".into(),
+                impairment: String::new(),
+            };
+            let mut pair = pair;
+            sh(&["ip", "netns", "add", &b])?;
+            sh(&["ip", "link", "add", &va, "type", "veth", "peer", "name", &vb])?;
+            for (ns, dev, v4, v6) in
+                [(&a, &va, "10.77.0.1/24", "fd77::1/64"), (&b, &vb, "10.77.0.2/24", "fd77::2/64")]
+            {
+                sh(&["ip", "link", "set", dev, "netns", ns])?;
+                sh(&["ip", "-n", ns, "addr", "add", v4, "dev", dev])?;
+                sh(&["ip", "-n", ns, "-6", "addr", "add", v6, "dev", dev, "nodad"])?;
+                sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+                sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+            }
+            let netem = [(&a, &va), (&b, &vb)].iter().all(|(ns, dev)| {
+                sh(&[
+                    "ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "netem", "loss",
+                    "2%", "delay", "200us", "reorder", "20%", "50%",
+                ])
+                .is_ok()
+            });
+            if netem {
+                pair.impairment = "tc netem: 2% loss, 200 us delay, 20% reordered".into();
+            } else {
+                for ns in [&a, &b] {
+                    sh(&["ip", "netns", "exec", ns, "nft", "add", "table", "inet", "roce"])
+                        .map_err(|e| format!("no tc netem in this kernel and no nftables for loss ({e})"))?;
+                    sh(&[
+                        "ip",
+                        "netns",
+                        "exec",
+                        ns,
+                        "nft",
+                        "add",
+                        "chain",
+                        "inet",
+                        "roce",
+                        "in",
+                        "{ type filter hook input priority 0; }",
+                    ])?;
+                    sh(&[
+                        "ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "roce", "in", "udp",
+                        "dport", "4791", "numgen", "random", "mod", "100", "<", "10", "counter", "drop",
+                    ])?;
+                }
+                pair.impairment =
+                    "no tc netem in this kernel: 10% random loss by nftables, no reordering".into();
+            }
+            Ok(pair)
+        }
+    }
+
+    impl Pair {
+        /// Packets the nftables rules dropped so far (None with netem).
+        pub fn dropped(&self) -> Option<u64> {
+            let mut total = None;
+            for ns in [&self.a, &self.b] {
+                let out = Command::new("ip").args(["netns", "exec", ns, "nft", "list", "ruleset"]).output();
+                let text = out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+                let n = text
+                    .split("packets ")
+                    .nth(1)
+                    .and_then(|t| t.split_whitespace().next())
+                    .and_then(|t| t.parse::<u64>().ok());
+                *total.get_or_insert(0) += n?;
+            }
+            total
+        }
+    }
+
+    impl Drop for Pair {
+        fn drop(&mut self) {
+            let _ = sh(&["ip", "netns", "del", &self.a]);
+            let _ = sh(&["ip", "netns", "del", &self.b]);
+        }
+    }
 }
