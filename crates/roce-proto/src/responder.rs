@@ -321,10 +321,23 @@ fn save_resource(qp: &mut Qp, r: RespResource) {
     }
 }
 
-fn exec_read(qp: &mut Qp, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
-    if qp.attr.max_dest_rd_atomic == 0 {
+/// READ responses and atomic ACKs still waiting to be sent.
+fn pending_rd_atomic(qp: &Qp) -> usize {
+    qp.resp.outq.iter().filter(|i| matches!(i, RespItem::Read { .. } | RespItem::AtomicAck { .. })).count()
+}
+
+/// The responder takes at most max_dest_rd_atomic READs and atomics at a
+/// time (IBTA §9.5, the responder resources); a requester that exceeds it
+/// gets an Invalid Request NAK. Also bounds what a hostile peer can queue.
+fn check_rd_atomic_room(qp: &Qp) -> Result<(), Fault> {
+    if pending_rd_atomic(qp) >= usize::from(qp.attr.max_dest_rd_atomic) {
         return Err(Fault::Nak(NakCode::InvalidRequest, None));
     }
+    Ok(())
+}
+
+fn exec_read(qp: &mut Qp, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
+    check_rd_atomic_room(qp)?;
     let reth = pkt.ext.reth.expect("opcode table: READ request has a RETH");
     let len = u64::from(reth.dma_len);
     if len > 0 && res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_none() {
@@ -341,9 +354,7 @@ fn exec_read(qp: &mut Qp, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(),
 }
 
 fn exec_atomic(qp: &mut Qp, res: &mut Res, op: Operation, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
-    if qp.attr.max_dest_rd_atomic == 0 {
-        return Err(Fault::Nak(NakCode::InvalidRequest, None));
-    }
+    check_rd_atomic_room(qp)?;
     let a = pkt.ext.atomic_eth.expect("opcode table: atomics have an AtomicETH");
     let (buf, off) = res
         .mrs
@@ -366,8 +377,13 @@ fn exec_atomic(qp: &mut Qp, res: &mut Res, op: Operation, pkt: &RocePacketRepr<'
 /// A request with a PSN already seen (§9.7.5.1.2).
 fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
     let psn = pkt.bth.psn;
+    let room = pending_rd_atomic(qp) < usize::from(qp.attr.max_dest_rd_atomic);
     match info.operation {
         Operation::Send | Operation::RdmaWrite => push_ack(qp),
+        Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd if !room => {
+            // Responses already queued will answer it.
+            res.counters.dup_no_resource_dropped += 1;
+        }
         Operation::RdmaReadRequest => {
             let found = qp.resp.resources.iter().any(|r| match *r {
                 RespResource::Read { first_psn, last_psn } => {
@@ -427,7 +443,7 @@ fn nak_error(qp: &mut Qp, res: &mut Res, psn: Psn, code: NakCode, recv: Option<W
         let wc = Wc::new(wqe.wr.wr_id, recv.unwrap_or(WcStatus::RemInvReqErr), WcOpcode::Recv, qp.qpn);
         res.complete(qp.init.recv_cq, wc);
     }
-    qp.resp.outq.clear();
+    // Responses to earlier requests still go out first, then the NAK.
     push(qp, RespItem::Ack { psn, syndrome: Syndrome::Nak(code), msn: qp.resp.msn });
     qp.resp.error_after_nak = true;
 }

@@ -614,3 +614,26 @@ fn message_longer_than_the_window() {
     assert_eq!(p.e[A].counters().completer_retry_err, 0, "no timeout needed");
     assert_eq!(p.now, Instant::ZERO, "no timer ever fired");
 }
+
+/// A requester that exceeds the responder's max_dest_rd_atomic gets an
+/// Invalid Request NAK (the responder's resources are bounded, §9.5).
+#[test]
+fn responder_resources_are_bounded() {
+    let mut p = Pair::new(28);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| {
+        a.max_rd_atomic = 4;
+        a.max_dest_rd_atomic = 1;
+    });
+    let loc = p.region(A, 8192, 0x1000, Access::ALL);
+    let rem = p.region(B, 8192, 0x9000, Access::ALL);
+    for i in 0..4u64 {
+        let op = SendOp::Read { remote_addr: rem.keys.addr, rkey: rem.keys.rkey };
+        p.e[A].post_send(c.qpn[0], SendWr::new(i, op, vec![sge(&loc, i * 100, 100)])).unwrap();
+    }
+    p.run();
+    let w = p.poll(A);
+    assert_eq!(w[0].status, WcStatus::Success);
+    assert_eq!(w[1].status, WcStatus::RemInvReqErr);
+    assert!(w[2..].iter().all(|w| w.status == WcStatus::WrFlushErr));
+    assert_eq!(p.e[B].qp_state(c.qpn[1]), Some(QpState::Err));
+}
