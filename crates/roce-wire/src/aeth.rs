@@ -57,6 +57,7 @@ pub enum NakCode {
 }
 
 impl NakCode {
+    #[inline]
     pub fn from_u8(v: u8) -> Option<NakCode> {
         Some(match v {
             0 => NakCode::PsnSequenceError,
@@ -94,6 +95,7 @@ pub enum Syndrome {
 
 impl Syndrome {
     /// Decodes a syndrome byte; reserved encodings are errors.
+    #[inline]
     pub fn from_u8(s: u8) -> Result<Syndrome> {
         let low = s & 0x1f;
         match s >> 5 {
@@ -138,6 +140,7 @@ pub struct AethRepr {
 }
 
 impl AethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Aeth<T>) -> Result<AethRepr> {
         Ok(AethRepr { syndrome: Syndrome::from_u8(h.syndrome())?, msn: h.msn() })
     }

@@ -65,6 +65,7 @@ pub struct AtomicEthRepr {
 }
 
 impl AtomicEthRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &AtomicEth<T>) -> Result<AtomicEthRepr> {
         Ok(AtomicEthRepr { va: h.va(), rkey: h.rkey(), swap_add: h.swap_add(), compare: h.compare() })
     }

@@ -122,9 +122,10 @@ pub struct BthRepr {
 }
 
 impl BthRepr {
-    /// Parses a BTH, rejecting TVer != 0, non-zero reserved bits and invalid
-    /// P_Keys (the low 15 bits all zero, IBTA §10.9.1.2).
-    pub fn parse<T: AsRef<[u8]>>(b: &Bth<T>) -> Result<BthRepr> {
+    /// The checks of `parse` (TVer 0, reserved bits 0, valid P_Key) without
+    /// building the repr.
+    #[inline]
+    pub(crate) fn validate<T: AsRef<[u8]>>(b: &Bth<T>) -> Result<()> {
         if b.tver() != 0 {
             return Err(WireError::BthTver(b.tver()));
         }
@@ -137,6 +138,14 @@ impl BthRepr {
         if b.pkey() & 0x7fff == 0 {
             return Err(WireError::PkeyInvalid(b.pkey()));
         }
+        Ok(())
+    }
+
+    /// Parses a BTH, rejecting TVer != 0, non-zero reserved bits and invalid
+    /// P_Keys (the low 15 bits all zero, IBTA §10.9.1.2).
+    #[inline]
+    pub fn parse<T: AsRef<[u8]>>(b: &Bth<T>) -> Result<BthRepr> {
+        Self::validate(b)?;
         Ok(BthRepr {
             opcode: b.opcode(),
             solicited: b.solicited(),

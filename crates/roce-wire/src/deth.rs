@@ -50,6 +50,7 @@ pub struct DethRepr {
 }
 
 impl DethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Deth<T>) -> Result<DethRepr> {
         if h.reserved() != 0 {
             return Err(WireError::ReservedNonZero("DETH reserved byte"));

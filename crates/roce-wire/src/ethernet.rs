@@ -38,12 +38,14 @@ pub struct EthernetFrame<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> EthernetFrame<T> {
+    #[inline]
     pub const fn new_unchecked(buffer: T) -> Self {
         EthernetFrame { buffer }
     }
 
     /// Checks that the header, and the VLAN tag if the outer EtherType says
     /// there is one, fit in the buffer.
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let have = buffer.as_ref().len();
         if have < HEADER_LEN {
@@ -97,6 +99,7 @@ pub struct VlanTag {
 }
 
 impl VlanTag {
+    #[inline]
     pub fn from_tci(tci: u16) -> VlanTag {
         VlanTag { pcp: (tci >> 13) as u8, dei: tci & 0x1000 != 0, vid: tci & 0x0fff }
     }
@@ -115,6 +118,7 @@ pub struct EthernetRepr {
 }
 
 impl EthernetRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(f: &EthernetFrame<T>) -> Result<EthernetRepr> {
         Ok(EthernetRepr {
             dst: f.dst(),

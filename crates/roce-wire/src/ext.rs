@@ -42,6 +42,7 @@ pub struct FethRepr {
 }
 
 impl FethRepr {
+    #[inline]
     pub fn parse(b: &[u8]) -> Result<FethRepr> {
         if b.len() < FETH_LEN {
             return Err(WireError::Truncated { header: Header::Feth, need: FETH_LEN, have: b.len() });

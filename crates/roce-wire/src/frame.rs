@@ -48,6 +48,7 @@ pub enum NetRepr {
 }
 
 impl NetRepr {
+    #[inline]
     pub fn icrc_kind(&self) -> NetHeader {
         match self {
             NetRepr::Ipv4(..) => NetHeader::Ipv4,
@@ -63,6 +64,7 @@ impl NetRepr {
         }
     }
     /// Bytes of network + UDP headers.
+    #[inline]
     pub fn header_len(&self) -> usize {
         match self {
             NetRepr::Ipv4(..) => ipv4::HEADER_LEN + udp::HEADER_LEN,
@@ -112,6 +114,7 @@ pub struct Located<'a> {
 
 /// Finds and validates the network layers of a frame. Errors for which
 /// `WireError::is_not_roce` holds mean the frame is other traffic.
+#[inline]
 pub fn locate(frame: &[u8], port: u16) -> Result<Located<'_>> {
     let eth_view = EthernetFrame::new_checked(frame)?;
     let eth = EthernetRepr::parse(&eth_view)?;
@@ -124,6 +127,7 @@ pub fn locate(frame: &[u8], port: u16) -> Result<Located<'_>> {
     }
 }
 
+#[inline]
 fn locate_ipv4(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     let ip = Ipv4Packet::new_checked(l3)?;
     if ip.version() != 4 {
@@ -156,6 +160,7 @@ fn locate_ipv4(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     })
 }
 
+#[inline]
 fn locate_ipv6(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     let ip = Ipv6Packet::new_checked(l3)?;
     let hl = ipv6::HEADER_LEN;
@@ -185,6 +190,7 @@ fn locate_ipv6(eth: EthernetRepr, l3: &[u8], port: u16) -> Result<Located<'_>> {
     })
 }
 
+#[inline]
 fn locate_grh(eth: EthernetRepr, l3: &[u8]) -> Result<Located<'_>> {
     let grh = Ipv6Packet::new_checked(l3).map_err(|e| match e {
         WireError::Truncated { need, have, .. } => WireError::Truncated { header: Header::Grh, need, have },
@@ -206,6 +212,7 @@ fn locate_grh(eth: EthernetRepr, l3: &[u8]) -> Result<Located<'_>> {
 
 /// Follows IPv6 extension headers (hop-by-hop, routing, fragment, destination
 /// options) to the upper-layer protocol. Returns it and its offset.
+#[inline]
 fn skip_ipv6_extensions(l3: &[u8], mut nh: u8) -> (u8, usize) {
     let mut at = ipv6::HEADER_LEN;
     while matches!(nh, 0 | 43 | 44 | 60) {
@@ -220,6 +227,7 @@ fn skip_ipv6_extensions(l3: &[u8], mut nh: u8) -> (u8, usize) {
 }
 
 /// UDP length must match the IP payload; a non-zero checksum must verify.
+#[inline]
 fn check_udp(net_bytes: &[u8], hl: usize, addrs: &[u8]) -> Result<UdpRepr> {
     let dgram = &net_bytes[hl..];
     let u = UdpPacket::new_unchecked(dgram);
@@ -278,7 +286,13 @@ impl<'a> RoceFrameRepr<'a> {
         }
         let roce_len = self.packet.buffer_len()?;
         let ip_total = self.net.header_len() + roce_len;
-        if ip_total > usize::from(u16::MAX) {
+        // The 16-bit length field: IPv4's Total Length counts its header, the
+        // Payload Length of IPv6 and the GRH's PayLen do not.
+        let length_field = match self.net {
+            NetRepr::Ipv4(..) => ip_total,
+            NetRepr::Ipv6(..) | NetRepr::Grh(_) => ip_total - ipv6::HEADER_LEN,
+        };
+        if length_field > usize::from(u16::MAX) {
             return Err(WireError::PayloadTooLarge(self.packet.payload.len()));
         }
         let mut eth = self.eth;
@@ -319,5 +333,91 @@ impl<'a> RoceFrameRepr<'a> {
         let mut v = vec![0; self.buffer_len()?];
         self.emit(&mut v)?;
         Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BthRepr, ExtHeaders, Psn};
+    use core::net::{Ipv4Addr, Ipv6Addr};
+
+    fn send_only(net: NetRepr, payload: &[u8]) -> RoceFrameRepr<'_> {
+        RoceFrameRepr {
+            eth: EthernetRepr {
+                dst: [2, 0, 0, 0, 0, 1],
+                src: [2, 0, 0, 0, 0, 2],
+                vlan: None,
+                ethertype: net.ethertype(),
+            },
+            net,
+            packet: RocePacketRepr {
+                bth: BthRepr {
+                    opcode: 0x04, // RC_SEND_ONLY
+                    solicited: false,
+                    mig_req: false,
+                    pkey: 0xffff,
+                    fecn: false,
+                    becn: false,
+                    dest_qp: 0x11,
+                    ack_req: true,
+                    psn: Psn::new(7),
+                },
+                ext: ExtHeaders::default(),
+                payload,
+            },
+            padding: 0,
+        }
+    }
+
+    /// Regression: emit capped every network packet at 65535 bytes, but the
+    /// IPv6 Payload Length and the GRH PayLen leave out the 40-byte header, so
+    /// such packets may be up to 65575 bytes. The parser accepted those frames
+    /// and `to_vec` then failed on them with `PayloadTooLarge`.
+    #[test]
+    fn ipv6_and_grh_packets_past_64k_round_trip() {
+        let udp = UdpRepr { src_port: 0xc000, dst_port: ROCE_PORT, checksum: false };
+        let v6 = NetRepr::Ipv6(
+            Ipv6Repr {
+                src: Ipv6Addr::LOCALHOST,
+                dst: Ipv6Addr::LOCALHOST,
+                traffic_class: 0,
+                flow_label: 0,
+                hop_limit: 64,
+            },
+            udp,
+        );
+        let grh = NetRepr::Grh(GrhRepr {
+            traffic_class: 0,
+            flow_label: 0,
+            hop_limit: 1,
+            sgid: [1; 16],
+            dgid: [2; 16],
+        });
+        let v4 = NetRepr::Ipv4(
+            Ipv4Repr {
+                src: Ipv4Addr::new(10, 0, 0, 1),
+                dst: Ipv4Addr::new(10, 0, 0, 2),
+                tos: 0,
+                ident: 0,
+                dont_frag: true,
+                ttl: 64,
+            },
+            udp,
+        );
+        // BTH + ICRC
+        let roce = |payload: usize| 12 + payload + 4;
+        let big = vec![0x5a; 65_600];
+        // (network, largest payload whose 16-bit length field fits)
+        for (net, max) in [(v6, 65_535 - 8 - roce(0)), (grh, 65_535 - roce(0)), (v4, 65_535 - 28 - roce(0))] {
+            let max = max & !3;
+            let frame = send_only(net, &big[..max]);
+            let bytes = frame.to_vec().unwrap_or_else(|e| panic!("{net:?}: {e}"));
+            assert_eq!(RoceFrameRepr::parse(&bytes, &ParseOptions::default()), Ok(frame));
+            assert!(matches!(
+                send_only(net, &big[..max + 4]).to_vec(),
+                Err(WireError::PayloadTooLarge(n)) if n == max + 4
+            ));
+        }
     }
 }

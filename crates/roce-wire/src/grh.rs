@@ -21,6 +21,7 @@ pub struct GrhRepr {
 
 impl GrhRepr {
     /// Parses a GRH. Returns the repr and the total length (40 + PayLen).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Result<(GrhRepr, usize)> {
         if p.version() != 6 {
             return Err(WireError::IpVersion(p.version()));

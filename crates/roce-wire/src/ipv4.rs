@@ -68,6 +68,7 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
         Ipv4Addr::from(get_u32(self.buffer.as_ref(), field::DST))
     }
     /// True when the one's-complement sum over the header is correct.
+    #[inline]
     pub fn verify_checksum(&self) -> bool {
         let hl = self.header_len().min(self.buffer.as_ref().len());
         ones_complement_sum(0, &self.buffer.as_ref()[..hl]) == 0xffff
@@ -90,6 +91,7 @@ impl Ipv4Repr {
     /// Parses the header and validates it for RoCEv2: version 4, IHL 5, the
     /// checksum, no fragmentation, protocol UDP. Returns the repr and the total
     /// length field (checked against the bytes present by the caller).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv4Packet<T>) -> Result<(Ipv4Repr, usize)> {
         if p.version() != 4 {
             return Err(WireError::IpVersion(p.version()));

@@ -97,6 +97,7 @@ pub struct Ipv6Repr {
 impl Ipv6Repr {
     /// Parses the header, requiring version 6 and next header UDP. Returns the
     /// repr and the total IP length (40 + payload length).
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &Ipv6Packet<T>) -> Result<(Ipv6Repr, usize)> {
         if p.version() != 6 {
             return Err(WireError::IpVersion(p.version()));

@@ -229,6 +229,7 @@ pub static OPCODES: [OpcodeInfo; 40] = [
 ];
 
 /// Row for `code`, or `None` for a reserved or unsupported opcode.
+#[inline]
 pub fn lookup(code: u8) -> Option<&'static OpcodeInfo> {
     TABLE[code as usize].map(|i| &OPCODES[i as usize])
 }

@@ -16,13 +16,14 @@ use crate::ext::{FethRepr, Word};
 use crate::icrc::ICRC_LEN;
 use crate::opcode::{self, HeaderSet, OpcodeInfo, Operation, Position};
 use crate::reth::{Reth, RethRepr};
-use crate::{bth, Psn};
+use crate::{aeth, atomic, bth, deth, ext, reth, Psn};
 
 /// Smallest transport packet: BTH + ICRC.
 pub const MIN_LEN: usize = bth::HEADER_LEN + ICRC_LEN;
 
 /// Pad count for a payload of `len` bytes: payload + pad is a multiple of 4
 /// (IBTA §9.2.4).
+#[inline]
 pub const fn pad_for(len: usize) -> usize {
     (4 - len % 4) % 4
 }
@@ -40,6 +41,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     /// header of the opcode present, payload only where the opcode allows one,
     /// pad count consistent with the payload (§9.2.4: payload + pad is a
     /// multiple of 4; First and Middle packets carry no pad).
+    #[inline]
     pub fn new_checked(buffer: T) -> Result<Self> {
         let b = buffer.as_ref();
         let n = b.len();
@@ -47,7 +49,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
             return Err(WireError::TruncatedBth { have: n });
         }
         let bth = Bth::new_unchecked(b);
-        BthRepr::parse(&bth)?;
+        BthRepr::validate(&bth)?;
         let info = opcode::lookup(bth.opcode()).ok_or(WireError::OpcodeUnknown(bth.opcode()))?;
         let need = bth::HEADER_LEN + info.headers.len_bytes() + ICRC_LEN;
         if n < need {
@@ -79,11 +81,13 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         self.info
     }
 
+    #[inline]
     pub fn bth(&self) -> Bth<&[u8]> {
         Bth::new_unchecked(&self.buffer.as_ref()[..bth::HEADER_LEN])
     }
 
     /// Offset of the payload: BTH + extension headers.
+    #[inline]
     pub fn header_len(&self) -> usize {
         bth::HEADER_LEN + self.info.headers.len_bytes()
     }
@@ -174,38 +178,49 @@ impl<'a> RocePacketRepr<'a> {
     }
 
     /// Parses from an already checked view.
+    #[inline]
     pub fn parse_view(p: &RocePacket<&'a [u8]>) -> Result<RocePacketRepr<'a>> {
         let bytes: &'a [u8] = p.buffer;
         let bth = BthRepr::parse(&p.bth())?;
-        let mut ext = ExtHeaders::default();
+        // The extension headers in wire order (HeaderSet::ORDER), each where
+        // the opcode has it; `new_checked` made sure they are all there.
+        let set = p.info.headers;
         let mut off = bth::HEADER_LEN;
-        for (h, _, len) in p.info.headers.iter() {
-            let b = &bytes[off..off + len];
-            match h {
-                HeaderSet::DETH => ext.deth = Some(DethRepr::parse(&Deth::new_unchecked(b))?),
-                HeaderSet::FETH => ext.feth = Some(FethRepr::parse(b)?),
-                HeaderSet::RETH => ext.reth = Some(RethRepr::parse(&Reth::new_unchecked(b))?),
-                HeaderSet::ATOMIC_ETH => {
-                    ext.atomic_eth = Some(AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))?)
-                }
-                HeaderSet::AETH => ext.aeth = Some(AethRepr::parse(&Aeth::new_unchecked(b))?),
-                HeaderSet::ATOMIC_ACK_ETH => ext.atomic_ack = Some(AtomicAckEth::new_unchecked(b).orig()),
-                HeaderSet::IMM_DT => ext.imm = Some(Word::new_unchecked(b).value()),
-                HeaderSet::IETH => ext.ieth = Some(Word::new_unchecked(b).value()),
-                _ => {
-                    // CNP: 16 reserved bytes (Annex A17.9.3)
-                    if b.iter().any(|&x| x != 0) {
-                        return Err(WireError::ReservedNonZero("CNP reserved bytes"));
-                    }
-                }
-            }
-            off += len;
+        let mut next = |h: HeaderSet, len: usize| -> Option<&'a [u8]> {
+            set.contains(h).then(|| {
+                off += len;
+                &bytes[off - len..off]
+            })
+        };
+        let deth = next(HeaderSet::DETH, deth::HEADER_LEN);
+        let feth = next(HeaderSet::FETH, ext::FETH_LEN);
+        let reth = next(HeaderSet::RETH, reth::HEADER_LEN);
+        let atomic_eth = next(HeaderSet::ATOMIC_ETH, atomic::ATOMIC_ETH_LEN);
+        let aeth = next(HeaderSet::AETH, aeth::HEADER_LEN);
+        let atomic_ack = next(HeaderSet::ATOMIC_ACK_ETH, atomic::ATOMIC_ACK_ETH_LEN);
+        let imm = next(HeaderSet::IMM_DT, ext::IMM_DT_LEN);
+        let ieth = next(HeaderSet::IETH, ext::IETH_LEN);
+        // CNP: 16 reserved bytes (Annex A17.9.3)
+        if next(HeaderSet::CNP, ext::CNP_PAD_LEN).is_some_and(|b| b.iter().any(|&x| x != 0)) {
+            return Err(WireError::ReservedNonZero("CNP reserved bytes"));
         }
+        debug_assert_eq!(off, p.header_len());
+        let ext = ExtHeaders {
+            deth: deth.map(|b| DethRepr::parse(&Deth::new_unchecked(b))).transpose()?,
+            feth: feth.map(FethRepr::parse).transpose()?,
+            reth: reth.map(|b| RethRepr::parse(&Reth::new_unchecked(b))).transpose()?,
+            atomic_eth: atomic_eth.map(|b| AtomicEthRepr::parse(&AtomicEth::new_unchecked(b))).transpose()?,
+            aeth: aeth.map(|b| AethRepr::parse(&Aeth::new_unchecked(b))).transpose()?,
+            atomic_ack: atomic_ack.map(|b| AtomicAckEth::new_unchecked(b).orig()),
+            imm: imm.map(|b| Word::new_unchecked(b).value()),
+            ieth: ieth.map(|b| Word::new_unchecked(b).value()),
+        };
         let end = bytes.len() - ICRC_LEN - usize::from(p.bth().pad_count());
         Ok(RocePacketRepr { bth, ext, payload: &bytes[off..end] })
     }
 
     /// The opcode's row in the table, or an error for an unknown opcode.
+    #[inline]
     pub fn info(&self) -> Result<&'static OpcodeInfo> {
         opcode::lookup(self.bth.opcode).ok_or(WireError::OpcodeUnknown(self.bth.opcode))
     }
@@ -221,6 +236,7 @@ impl<'a> RocePacketRepr<'a> {
     /// one PMTU (§9.4.3); ATOMIC WRITE carries 8 bytes; atomics target an
     /// 8-byte-aligned address (§9.4.5 C9-40); READ responses and atomic ACKs
     /// carry an ACK syndrome (§9.3.5).
+    #[inline]
     pub fn check(&self, pmtu: Option<usize>) -> Result<()> {
         let info = self.info()?;
         let plen = self.payload.len();
@@ -278,6 +294,7 @@ impl<'a> RocePacketRepr<'a> {
     }
 
     /// Bytes of BTH and extension headers.
+    #[inline]
     pub fn header_len(&self) -> Result<usize> {
         Ok(bth::HEADER_LEN + self.info()?.headers.len_bytes())
     }

@@ -53,6 +53,7 @@ pub struct RethRepr {
 }
 
 impl RethRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(h: &Reth<T>) -> Result<RethRepr> {
         Ok(RethRepr { va: h.va(), rkey: h.rkey(), dma_len: h.dma_len() })
     }

@@ -53,6 +53,7 @@ pub struct UdpRepr {
 }
 
 impl UdpRepr {
+    #[inline]
     pub fn parse<T: AsRef<[u8]>>(p: &UdpPacket<T>) -> Result<UdpRepr> {
         Ok(UdpRepr { src_port: p.src_port(), dst_port: p.dst_port(), checksum: p.checksum() != 0 })
     }

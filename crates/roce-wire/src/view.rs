@@ -13,11 +13,13 @@ macro_rules! header_view {
         impl<T: AsRef<[u8]>> $name<T> {
             /// Wraps `buffer` without checking its length; accessors may panic
             /// on a short buffer. Use `new_checked` for untrusted bytes.
+            #[inline]
             pub const fn new_unchecked(buffer: T) -> Self {
                 $name { buffer }
             }
 
             /// Wraps `buffer`, failing if it is shorter than the header.
+            #[inline]
             pub fn new_checked(buffer: T) -> $crate::error::Result<Self> {
                 let have = buffer.as_ref().len();
                 if have < $len {
