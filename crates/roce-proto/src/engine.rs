@@ -551,6 +551,17 @@ impl Engine {
                 return Err(VerbsError::Invalid("UD message larger than the MTU"));
             }
         }
+        let remote = match wr.op {
+            SendOp::Write { remote_addr, .. }
+            | SendOp::WriteWithImm { remote_addr, .. }
+            | SendOp::Read { remote_addr, .. }
+            | SendOp::CompareSwap { remote_addr, .. }
+            | SendOp::FetchAdd { remote_addr, .. } => Some(remote_addr),
+            _ => None,
+        };
+        if remote.is_some_and(|a| a.checked_add(length.max(8)).is_none()) {
+            return Err(VerbsError::Invalid("remote address + length overflows 64 bits"));
+        }
         if wr.op.is_atomic() {
             if length != 8 || wr.sg_list.len() != 1 {
                 return Err(VerbsError::Invalid("atomics take one 8-byte SGE"));

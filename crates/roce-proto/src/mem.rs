@@ -36,6 +36,8 @@ use std::sync::Arc;
 
 /// Page size used for alignment.
 pub const PAGE_SIZE: usize = 4096;
+/// Size of an x86-64 huge page: large buffers are aligned to it.
+pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 
 /// An access outside the buffer, or a misaligned atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -61,13 +63,24 @@ unsafe impl Send for MemBuf {}
 unsafe impl Sync for MemBuf {}
 
 impl MemBuf {
-    /// Allocates `len` zero bytes (at least one page is reserved).
+    /// Allocates `len` zero bytes (at least one page is reserved). Buffers
+    /// of 2 MiB or more are aligned to 2 MiB and offered to the kernel for
+    /// transparent huge pages (`madvise(MADV_HUGEPAGE)`), which it uses when
+    /// it has them: fewer TLB misses when the NIC sweeps large regions.
     pub fn new(len: usize) -> Arc<MemBuf> {
-        let size = len.max(1).next_multiple_of(PAGE_SIZE);
-        let layout = Layout::from_size_align(size, PAGE_SIZE).expect("buffer size overflows isize");
+        let huge = len >= HUGE_PAGE_SIZE;
+        let align = if huge { HUGE_PAGE_SIZE } else { PAGE_SIZE };
+        let size = len.max(1).next_multiple_of(align);
+        let layout = Layout::from_size_align(size, align).expect("buffer size overflows isize");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        if huge {
+            // SAFETY: [ptr, ptr+size) is our own mapping-backed allocation,
+            // 2 MiB aligned; madvise only changes how the kernel backs it.
+            // A kernel without THP returns an error, which is harmless.
+            unsafe { libc::madvise(ptr.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
+        }
         Arc::new(MemBuf { ptr, len, layout })
     }
 
@@ -202,5 +215,14 @@ mod tests {
         assert_eq!(b.load_u64(8).unwrap(), 9);
         assert!(b.fetch_add(4, 1).is_err());
         assert!(b.fetch_add(96, 1).is_err());
+    }
+
+    #[test]
+    fn large_buffers_are_huge_page_aligned() {
+        let b = MemBuf::new(3 << 20);
+        assert_eq!(b.addr() % HUGE_PAGE_SIZE as u64, 0);
+        assert_eq!(b.len(), 3 << 20);
+        b.write((3 << 20) - 1, &[1]).unwrap();
+        assert!(b.write(3 << 20, &[1]).is_err());
     }
 }

@@ -305,7 +305,9 @@ pub(crate) fn check_modify(qp: &Qp, attr: &QpAttr, mask: AttrMask) -> Result<QpS
     if !given.contains(req) {
         return Err(VerbsError::BadMask(req.minus(given).0));
     }
-    let extra = given.minus(req).minus(opt);
+    // STATE may always be named: it is what selects the transition (also
+    // SQD -> RTS and same-state modifies such as RTS -> RTS).
+    let extra = given.minus(req).minus(opt).minus(M::STATE);
     if !extra.is_empty() {
         return Err(VerbsError::BadMask(extra.0));
     }

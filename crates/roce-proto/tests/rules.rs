@@ -637,3 +637,42 @@ fn responder_resources_are_bounded() {
     assert!(w[2..].iter().all(|w| w.status == WcStatus::WrFlushErr));
     assert_eq!(p.e[B].qp_state(c.qpn[1]), Some(QpState::Err));
 }
+
+/// SQD: the send queue stops at a message boundary, SQ_DRAINED is raised,
+/// and SQD -> RTS resumes (ibv_modify_qp with just IBV_QP_STATE).
+#[test]
+fn sqd_drains_then_resumes() {
+    let mut p = Pair::new(29);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let src = p.region(A, 8192, 0x1000, Access::ALL);
+    let dst = p.region(B, 8192, 0x9000, Access::ALL);
+    let a = QpAttr { qp_state: QpState::Sqd, ..QpAttr::default() };
+    p.e[A].modify_qp(c.qpn[0], &a, AttrMask::STATE).unwrap();
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 100)).unwrap();
+    p.run();
+    assert!(p.poll(A).is_empty(), "nothing sent while drained");
+    let mut ev = Vec::new();
+    while let Some(e) = p.e[A].poll_event() {
+        ev.push(e);
+    }
+    assert_eq!(ev, vec![AsyncEvent::SqDrained(c.qpn[0])]);
+    let a = QpAttr { qp_state: QpState::Rts, ..QpAttr::default() };
+    p.e[A].modify_qp(c.qpn[0], &a, AttrMask::STATE).unwrap();
+    // RTS -> RTS with only the state named is allowed too.
+    p.e[A].modify_qp(c.qpn[0], &a, AttrMask::STATE).unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
+}
+
+/// A remote range that wraps past 2^64 is refused at post time.
+#[test]
+fn remote_range_overflow_is_refused() {
+    let mut p = Pair::new(30);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let loc = p.region(A, 8192, 0x1000, Access::ALL);
+    let op = SendOp::Read { remote_addr: u64::MAX - 100, rkey: 1 };
+    assert!(matches!(
+        p.e[A].post_send(c.qpn[0], SendWr::new(1, op, vec![sge(&loc, 0, 1000)])),
+        Err(VerbsError::Invalid(_))
+    ));
+}

@@ -1,0 +1,332 @@
+//! A steady-state message stream between two engines joined in memory (no
+//! sockets), shared by the `engine` benchmark and the `no_alloc` test.
+//!
+//! Engine A has one RC QP connected to one on engine B. A keeps `depth` send
+//! WRs outstanding: RDMA WRITEs of `len` bytes into one region of B, or SENDs
+//! of `len` bytes that B receives into posted receive WRs (B keeps `depth`
+//! receives posted). Each `round` moves up to `batch` packets A -> B, then
+//! every packet B has (ACKs, coalesced by B's responder) back to A, as a
+//! driver with batched socket I/O would, runs due timers, reaps A's send
+//! completions and B's receive completions and reposts as many WRs. Every WR
+//! is signalled and all of them use the same 64 KiB-aligned source and
+//! destination bytes, so the working set is two `len`-byte buffers.
+//!
+//! WRs come either freshly built (a `Vec<Sge>` per WR, as an application
+//! would) or from a pool filled beforehand (`fill_pools`), so that allocation
+//! counts can tell the engine's allocations from the caller's.
+#![allow(dead_code)]
+
+use core::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use roce_proto::*;
+use roce_wire::Psn;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Write,
+    Send,
+    /// SEND with `IBV_SEND_INLINE` (the engine copies the data at post time).
+    SendInline,
+}
+
+pub struct Stream {
+    pub e: [Engine; 2],
+    pub now: Instant,
+    pub qpn: [u32; 2],
+    cq: [CqId; 2],
+    pub kind: Kind,
+    pub len: u32,
+    pub depth: usize,
+    pub batch: usize,
+    src: Arc<MemBuf>,
+    src_keys: MrKeys,
+    dst: Arc<MemBuf>,
+    dst_keys: MrKeys,
+    buf: Vec<u8>,
+    wcs: Vec<Wc>,
+    /// Send WRs posted and not yet completed.
+    pub outstanding: usize,
+    /// Receive WRs posted on B and not yet completed.
+    pub recv_posted: usize,
+    /// Send WRs completed (successfully: anything else panics).
+    pub completed: u64,
+    /// Send and receive WRs posted.
+    pub posted_sends: u64,
+    pub posted_recvs: u64,
+    next_wr_id: u64,
+    send_pool: Vec<SendWr>,
+    recv_pool: Vec<RecvWr>,
+    pub use_pools: bool,
+}
+
+fn wc0() -> Wc {
+    Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        vendor_err: 0,
+    }
+}
+
+impl Stream {
+    pub fn new(kind: Kind, len: u32, mtu: PathMtu, depth: usize, batch: usize) -> Stream {
+        let ip = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
+        let mut e =
+            [Engine::new(EngineConfig::new(vec![ip[0]]), 1), Engine::new(EngineConfig::new(vec![ip[1]]), 2)];
+        let pd = [e[0].alloc_pd(), e[1].alloc_pd()];
+        let cq = [e[0].create_cq(4096).unwrap(), e[1].create_cq(4096).unwrap()];
+        let cap = QpCap {
+            max_send_wr: depth.max(1) as u32,
+            max_recv_wr: depth.max(1) as u32,
+            max_inline_data: 512,
+            ..QpCap::default()
+        };
+        let qpn: [u32; 2] = core::array::from_fn(|s| {
+            e[s].create_qp(QpInitAttr {
+                qp_type: QpType::Rc,
+                pd: pd[s],
+                send_cq: cq[s],
+                recv_cq: cq[s],
+                srq: None,
+                cap,
+                sq_sig_all: false,
+            })
+            .unwrap()
+        });
+        for s in 0..2 {
+            let o = 1 - s;
+            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
+            e[s].modify_qp(
+                qpn[s],
+                &a,
+                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
+            )
+            .unwrap();
+            a.qp_state = QpState::Rtr;
+            a.av = AddressVector::new(ip[o]);
+            a.path_mtu = mtu;
+            a.dest_qp_num = qpn[o];
+            a.rq_psn = Psn::new(1000 * o as u32 + 7);
+            a.max_dest_rd_atomic = 4;
+            a.min_rnr_timer = 1;
+            e[s].modify_qp(
+                qpn[s],
+                &a,
+                AttrMask::STATE
+                    | AttrMask::AV
+                    | AttrMask::PATH_MTU
+                    | AttrMask::DEST_QPN
+                    | AttrMask::RQ_PSN
+                    | AttrMask::MAX_DEST_RD_ATOMIC
+                    | AttrMask::MIN_RNR_TIMER,
+            )
+            .unwrap();
+            a.qp_state = QpState::Rts;
+            a.sq_psn = Psn::new(1000 * s as u32 + 7);
+            a.timeout = 14;
+            a.retry_cnt = 7;
+            a.rnr_retry = 7;
+            a.max_rd_atomic = 4;
+            e[s].modify_qp(
+                qpn[s],
+                &a,
+                AttrMask::STATE
+                    | AttrMask::SQ_PSN
+                    | AttrMask::TIMEOUT
+                    | AttrMask::RETRY_CNT
+                    | AttrMask::RNR_RETRY
+                    | AttrMask::MAX_QP_RD_ATOMIC,
+            )
+            .unwrap();
+        }
+        let region = |e: &mut Engine, pd: PdId, iova: u64| {
+            let buf = MemBuf::new(len as usize);
+            let keys = e
+                .reg_mr(
+                    pd,
+                    MrSpec {
+                        buf: buf.clone(),
+                        offset: 0,
+                        length: len as usize,
+                        iova: Some(iova),
+                        access: Access::ALL,
+                    },
+                )
+                .unwrap();
+            (buf, keys)
+        };
+        let (src, src_keys) = region(&mut e[0], pd[0], 0x1000_0000);
+        let (dst, dst_keys) = region(&mut e[1], pd[1], 0x2000_0000);
+        for i in 0..len as usize {
+            src.write(i, &[(i as u8).wrapping_mul(13).wrapping_add(1)]).unwrap();
+        }
+        Stream {
+            e,
+            now: Instant::ZERO,
+            qpn,
+            cq,
+            kind,
+            len,
+            depth,
+            batch,
+            src,
+            src_keys,
+            dst,
+            dst_keys,
+            buf: vec![0u8; 9000],
+            wcs: vec![wc0(); 256],
+            outstanding: 0,
+            recv_posted: 0,
+            completed: 0,
+            posted_sends: 0,
+            posted_recvs: 0,
+            next_wr_id: 1,
+            send_pool: Vec::new(),
+            recv_pool: Vec::new(),
+            use_pools: false,
+        }
+    }
+
+    pub fn source(&self) -> &Arc<MemBuf> {
+        &self.src
+    }
+
+    pub fn dest(&self) -> &Arc<MemBuf> {
+        &self.dst
+    }
+
+    fn make_send(&mut self) -> SendWr {
+        let id = self.next_wr_id;
+        self.next_wr_id += 1;
+        let sge = Sge { addr: self.src_keys.addr, length: self.len, lkey: self.src_keys.lkey };
+        let op = match self.kind {
+            Kind::Write => SendOp::Write { remote_addr: self.dst_keys.addr, rkey: self.dst_keys.rkey },
+            Kind::Send | Kind::SendInline => SendOp::Send,
+        };
+        let mut wr = SendWr::new(id, op, vec![sge]);
+        wr.inline = self.kind == Kind::SendInline;
+        wr
+    }
+
+    fn make_recv(&mut self) -> RecvWr {
+        let id = self.next_wr_id;
+        self.next_wr_id += 1;
+        RecvWr {
+            wr_id: id,
+            sg_list: vec![Sge { addr: self.dst_keys.addr, length: self.len, lkey: self.dst_keys.lkey }],
+        }
+    }
+
+    fn is_send(&self) -> bool {
+        matches!(self.kind, Kind::Send | Kind::SendInline)
+    }
+
+    /// Builds `sends` send WRs and `recvs` receive WRs now (allocating), to be
+    /// posted later without allocating; turns pool use on.
+    pub fn fill_pools(&mut self, sends: usize, recvs: usize) {
+        self.send_pool = (0..sends).map(|_| self.make_send()).collect();
+        self.recv_pool = (0..recvs).map(|_| self.make_recv()).collect();
+        self.use_pools = true;
+    }
+
+    fn post(&mut self) {
+        while self.is_send() && self.recv_posted < self.depth {
+            let wr = if self.use_pools {
+                self.recv_pool.pop().expect("recv pool empty")
+            } else {
+                self.make_recv()
+            };
+            self.e[1].post_recv(self.qpn[1], wr).unwrap();
+            self.recv_posted += 1;
+            self.posted_recvs += 1;
+        }
+        while self.outstanding < self.depth {
+            let wr = if self.use_pools {
+                self.send_pool.pop().expect("send pool empty")
+            } else {
+                self.make_send()
+            };
+            self.e[0].post_send(self.qpn[0], wr).unwrap();
+            self.outstanding += 1;
+            self.posted_sends += 1;
+        }
+    }
+
+    /// One round: post, move packets both ways, run timers, reap.
+    pub fn round(&mut self) {
+        self.post();
+        let now = self.now;
+        let [a, b] = &mut self.e;
+        for _ in 0..self.batch {
+            let Some(tx) = a.poll_transmit(now, &mut self.buf) else { break };
+            b.handle_datagram(now, &tx.meta, &self.buf[..tx.len]);
+        }
+        while let Some(tx) = b.poll_transmit(now, &mut self.buf) {
+            a.handle_datagram(now, &tx.meta, &self.buf[..tx.len]);
+        }
+        for e in [&mut *a, &mut *b] {
+            if e.poll_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+        }
+        self.now = self.now + Duration::from_nanos(100);
+        // Reap.
+        loop {
+            let n = self.e[0].poll_cq(self.cq[0], &mut self.wcs).unwrap();
+            for wc in &self.wcs[..n] {
+                assert_eq!(wc.status, WcStatus::Success, "send completion {wc:?}");
+                assert_eq!(wc.byte_len, self.len);
+            }
+            self.outstanding -= n;
+            self.completed += n as u64;
+            if self.is_send() {
+                let m = self.e[1].poll_cq(self.cq[1], &mut self.wcs).unwrap();
+                for wc in &self.wcs[..m] {
+                    assert_eq!(wc.status, WcStatus::Success, "receive completion {wc:?}");
+                    assert_eq!(wc.byte_len, self.len);
+                }
+                self.recv_posted -= m;
+            }
+            if n < self.wcs.len() {
+                break;
+            }
+        }
+    }
+
+    /// Runs rounds until `n` more send WRs have completed.
+    pub fn run_messages(&mut self, n: u64) {
+        let goal = self.completed + n;
+        let mut idle = 0;
+        while self.completed < goal {
+            let before = (self.completed, self.packets());
+            self.round();
+            if (self.completed, self.packets()) == before {
+                idle += 1;
+                assert!(idle < 1000, "stream stalled: {:?}", self.e[0].counters());
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Packets sent by both engines so far (data and ACKs).
+    pub fn packets(&self) -> u64 {
+        self.e[0].counters().sent_pkts + self.e[1].counters().sent_pkts
+    }
+
+    /// Packets sent by A (the data direction).
+    pub fn data_packets(&self) -> u64 {
+        self.e[0].counters().sent_pkts
+    }
+
+    /// Checks the destination holds the source's bytes.
+    pub fn check_data(&self) {
+        assert_eq!(self.src.to_vec(), self.dst.to_vec());
+    }
+}
