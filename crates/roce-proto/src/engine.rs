@@ -694,8 +694,8 @@ impl Engine {
         } else {
             completer::handle_response(qp, &mut self.res, now, info, &pkt);
         }
-        self.schedule(qpn);
-        self.sync_timer(qpn);
+        schedule(&mut self.ready, qp);
+        sync_timer(&mut self.timers, qp);
     }
 
     /// Produces the next datagram to send, if any: one packet per QP in
@@ -717,48 +717,16 @@ impl Engine {
             };
             qp.resp_turn = !qp.resp_turn;
             let Some(len) = len else {
-                self.sync_timer(qpn);
+                sync_timer(&mut self.timers, qp);
                 continue;
             };
-            let qp = &self.qps[&qpn];
-            let tx = self.finish(qp, buf, len);
+            let tx = finish(&self.res.cfg, qp, buf, len);
             self.res.counters.sent_pkts += 1;
-            self.schedule(qpn);
-            self.sync_timer(qpn);
+            schedule(&mut self.ready, qp);
+            sync_timer(&mut self.timers, qp);
             return Some(tx);
         }
         None
-    }
-
-    /// Fills in the ICRC and the transmit metadata for a packet of `len`
-    /// bytes (BTH through ICRC) that a role wrote into `buf`.
-    fn finish(&self, qp: &Qp, buf: &mut [u8], len: usize) -> Transmit {
-        let av = qp.av();
-        let ud_dest = buf_dest_override(qp);
-        let av = ud_dest.as_ref().map_or(av, |d| &d.av);
-        let (dst, tclass, hop, flow) = (av.dgid, av.traffic_class, av.hop_limit, av.flow_label);
-        let src = self.res.cfg.gids.get(usize::from(av.sgid_index)).copied().unwrap_or(dst);
-        let ecn = if self.res.cfg.ecn { 2 } else { 0 };
-        let meta = DatagramMeta {
-            src,
-            dst,
-            src_port: self.res.cfg.fixed_src_port.unwrap_or(qp.udp_sport),
-            dst_port: av.udp_port.unwrap_or(self.res.cfg.udp_port),
-            ecn,
-            ipv4_id: Some(0),
-        };
-        if let Some((hdr, hlen, net)) = ip_udp_header(&meta, len) {
-            let crc = icrc::compute_split(&hdr[..hlen], &buf[..len - icrc::ICRC_LEN], net);
-            buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
-        }
-        Transmit {
-            meta,
-            traffic_class: (tclass & !3) | ecn,
-            hop_limit: hop,
-            flow_label: flow,
-            len,
-            qpn: qp.qpn,
-        }
     }
 
     /// The earliest time `handle_timeout` wants to be called.
@@ -776,35 +744,21 @@ impl Engine {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.timer_key = None;
                 completer::handle_timer(qp, &mut self.res, now);
+                schedule(&mut self.ready, qp);
+                sync_timer(&mut self.timers, qp);
             }
-            self.schedule(qpn);
-            self.sync_timer(qpn);
         }
     }
 
     fn schedule(&mut self, qpn: u32) {
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            if !qp.scheduled {
-                qp.scheduled = true;
-                self.ready.push_back(qpn);
-            }
+            schedule(&mut self.ready, qp);
         }
     }
 
     fn sync_timer(&mut self, qpn: u32) {
-        let Some(qp) = self.qps.get_mut(&qpn) else { return };
-        let want = match (qp.comp.ack_deadline, qp.comp.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if want != qp.timer_key {
-            if let Some(old) = qp.timer_key {
-                self.timers.remove(&(old, qpn));
-            }
-            if let Some(new) = want {
-                self.timers.insert((new, qpn));
-            }
-            qp.timer_key = want;
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            sync_timer(&mut self.timers, qp);
         }
     }
 
@@ -817,6 +771,55 @@ impl Engine {
     pub fn sq_outstanding(&self, qpn: u32) -> usize {
         self.qps.get(&qpn).map_or(0, |q| q.sq.len())
     }
+}
+
+/// Puts a QP on the ready list (once).
+fn schedule(ready: &mut VecDeque<u32>, qp: &mut Qp) {
+    if !qp.scheduled {
+        qp.scheduled = true;
+        ready.push_back(qp.qpn);
+    }
+}
+
+/// Keeps the timer set in step with the QP's deadlines.
+fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp) {
+    let want = match (qp.comp.ack_deadline, qp.comp.rnr_until) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if want != qp.timer_key {
+        if let Some(old) = qp.timer_key {
+            timers.remove(&(old, qp.qpn));
+        }
+        if let Some(new) = want {
+            timers.insert((new, qp.qpn));
+        }
+        qp.timer_key = want;
+    }
+}
+
+/// Fills in the ICRC and the transmit metadata for a packet of `len`
+/// bytes (BTH through ICRC) that a role wrote into `buf`.
+fn finish(cfg: &EngineConfig, qp: &Qp, buf: &mut [u8], len: usize) -> Transmit {
+    let av = qp.av();
+    let ud_dest = buf_dest_override(qp);
+    let av = ud_dest.as_ref().map_or(av, |d| &d.av);
+    let (dst, tclass, hop, flow) = (av.dgid, av.traffic_class, av.hop_limit, av.flow_label);
+    let src = cfg.gids.get(usize::from(av.sgid_index)).copied().unwrap_or(dst);
+    let ecn = if cfg.ecn { 2 } else { 0 };
+    let meta = DatagramMeta {
+        src,
+        dst,
+        src_port: cfg.fixed_src_port.unwrap_or(qp.udp_sport),
+        dst_port: av.udp_port.unwrap_or(cfg.udp_port),
+        ecn,
+        ipv4_id: Some(0),
+    };
+    if let Some((hdr, hlen, net)) = ip_udp_header(&meta, len) {
+        let crc = icrc::compute_split(&hdr[..hlen], &buf[..len - icrc::ICRC_LEN], net);
+        buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
+    }
+    Transmit { meta, traffic_class: (tclass & !3) | ecn, hop_limit: hop, flow_label: flow, len, qpn: qp.qpn }
 }
 
 /// For UD the destination comes from the WR being sent; the requester records
