@@ -40,8 +40,11 @@ pub(crate) fn retire(qp: &mut Qp, res: &mut Res) {
         }
     }
     if qp.req.next < qp.sq_base {
-        qp.req.next = qp.sq_base;
-        qp.req.offset = 0;
+        // The WQE the requester was on was retired under it (its late
+        // response came after a rewind): carry on from the oldest
+        // unacknowledged PSN.
+        let at = qp.comp.psn;
+        retry_from(qp, at);
     }
 }
 
@@ -97,9 +100,15 @@ fn outstanding(qp: &Qp) -> bool {
     qp.comp.psn != qp.req.psn || qp.sq.iter().any(|w| w.started && w.done.is_none())
 }
 
-/// Re-arms (or disarms) the local ACK timer after progress.
+/// Re-arms (or disarms) the local ACK timer after progress. During an RNR
+/// back-off nothing is in flight, so the ACK timer does not run (a late
+/// sequence NAK must not start it and burn a transport retry).
 fn rearm(qp: &mut Qp, now: Instant) {
-    qp.comp.ack_deadline = if outstanding(qp) { ack_timeout(qp.attr.timeout).map(|d| now + d) } else { None };
+    qp.comp.ack_deadline = if outstanding(qp) && qp.comp.rnr_until.is_none() {
+        ack_timeout(qp.attr.timeout).map(|d| now + d)
+    } else {
+        None
+    };
 }
 
 /// Forward progress resets the retry counters (IBTA §9.7.6.1.3/.4).
@@ -131,7 +140,7 @@ fn ack_before(qp: &mut Qp, res: &mut Res, psn: Psn) -> Implied {
         if !w.started {
             break;
         }
-        if w.sent && w.last_psn.is_before(psn) {
+        if w.started && w.last_psn.is_before(psn) {
             if w.wr.op.is_read_or_atomic() {
                 result = Some(Implied::Retry(qp.comp.psn));
                 break;
@@ -173,9 +182,11 @@ pub(crate) fn retry_from(qp: &mut Qp, psn: Psn) {
     }
     let base = qp.sq_base;
     let Some((i, k, at, fresh)) = resume else {
-        // Nothing outstanding: continue with whatever is unsent.
+        // Nothing outstanding: continue with whatever is unsent, from the
+        // oldest unacknowledged PSN.
         qp.req.next = base + qp.sq.iter().position(|w| w.done.is_none()).unwrap_or(qp.sq.len()) as u64;
         qp.req.offset = 0;
+        qp.req.psn = qp.comp.psn;
         return;
     };
     qp.req.next = base + i as u64;
@@ -188,9 +199,6 @@ pub(crate) fn retry_from(qp: &mut Qp, psn: Psn) {
         }
         SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => qp.req.offset = 0,
         _ => qp.req.offset = (k * mtu).min(w.length),
-    }
-    for w in qp.sq.iter_mut().skip(i) {
-        w.sent = false;
     }
     qp.req.rd_atomic_outstanding =
         qp.sq.iter().take(i).filter(|w| w.done.is_none() && w.wr.op.is_read_or_atomic()).count() as u32;
@@ -210,14 +218,19 @@ pub(crate) fn handle_response(
         return;
     }
     let psn = pkt.bth.psn;
-    // Responses acknowledge PSNs in [comp.psn - 1, req.psn): anything else is
-    // stale (a duplicate) or refers to nothing we sent.
-    if psn.is_before(qp.comp.psn) && !(info.operation == Operation::Acknowledge && psn == qp.comp.psn.sub(1))
-    {
+    // Responses name PSNs in [comp.psn, psn_hi), where psn_hi is one past the
+    // highest PSN ever sent (a go-back-N rewind moves req.psn back, but what
+    // was sent before it may still be answered). A plain ACK of comp.psn - 1
+    // is a harmless repeat; a NAK before comp.psn is stale: acting on it
+    // would rewind a READ already being answered.
+    let repeat_ack = info.operation == Operation::Acknowledge
+        && matches!(pkt.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
+        && psn == qp.comp.psn.sub(1);
+    if psn.is_before(qp.comp.psn) && !repeat_ack {
         res.counters.duplicate_response += 1;
         return;
     }
-    if !psn.is_before(qp.req.psn) {
+    if !psn.is_before(qp.req.psn_hi) {
         res.counters.unexpected_response_dropped += 1;
         return;
     }
@@ -250,6 +263,11 @@ pub(crate) fn handle_response(
         Operation::AtomicAcknowledge => on_atomic_ack(qp, res, now, psn, pkt.ext.atomic_ack.unwrap_or(0)),
         _ => res.counters.unexpected_response_dropped += 1,
     }
+    // Responses to what was sent before a rewind may acknowledge past the
+    // point the requester went back to: continue from there.
+    if qp.state != QpState::Err && qp.req.psn.is_before(qp.comp.psn) {
+        retry_from(qp, qp.comp.psn);
+    }
     crate::requester::check_drained(qp, res);
 }
 
@@ -264,7 +282,7 @@ fn on_ack(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn) {
             // has not come means that response was lost (implied NAK).
             let front = qp.sq.iter().find(|w| w.done.is_none());
             if let Some(w) = front {
-                if w.sent && w.wr.op.is_read_or_atomic() && !psn.is_before(w.first_psn) {
+                if w.started && w.wr.op.is_read_or_atomic() && !psn.is_before(w.first_psn) {
                     retry_from(qp, qp.comp.psn);
                     rearm(qp, now);
                     return;
@@ -331,7 +349,7 @@ fn on_read_response(
         return;
     };
     let w = &qp.sq[idx];
-    let in_range = w.sent && psn.in_window(w.first_psn, w.last_psn.distance(w.first_psn) as u32 + 1);
+    let in_range = w.started && psn.in_window(w.first_psn, w.last_psn.distance(w.first_psn) as u32 + 1);
     if !matches!(w.wr.op, SendOp::Read { .. }) || !in_range {
         res.counters.unexpected_response_dropped += 1;
         return;
@@ -384,7 +402,7 @@ fn on_atomic_ack(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn, orig: u64) 
         return;
     };
     let w = &qp.sq[idx];
-    if !w.sent || !w.wr.op.is_atomic() || w.first_psn != psn {
+    if !w.started || !w.wr.op.is_atomic() || w.first_psn != psn {
         res.counters.unexpected_response_dropped += 1;
         return;
     }

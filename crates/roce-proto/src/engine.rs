@@ -601,7 +601,6 @@ impl Engine {
             signaled,
             first_psn: Psn::ZERO,
             last_psn: Psn::ZERO,
-            sent: false,
             started: false,
             read_done: 0,
             done: None,

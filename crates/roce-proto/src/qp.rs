@@ -27,10 +27,7 @@ pub(crate) struct SendWqe {
     /// PSN of the first and last packet (valid once `sent` is set).
     pub first_psn: Psn,
     pub last_psn: Psn,
-    /// Every packet of the message (or the request, for READ/atomics) has
-    /// been sent at least once since the last retry.
-    pub sent: bool,
-    /// Requester began sending it (first packet went out).
+    /// The requester began sending it: its PSN range is assigned.
     pub started: bool,
     /// READ: bytes of response placed so far.
     pub read_done: u64,
@@ -65,6 +62,8 @@ pub(crate) struct ReqState {
     pub offset: u64,
     /// Next PSN to assign.
     pub psn: Psn,
+    /// One past the highest PSN ever sent (go-back-N moves `psn` back, not this).
+    pub psn_hi: Psn,
     /// Packets sent since the last one that asked for an ACK.
     pub noack_pkts: u32,
     /// READ/atomic WQEs sent and not yet completed.
@@ -119,7 +118,7 @@ pub(crate) enum RespItem {
         syndrome: roce_wire::Syndrome,
         msn: u32,
     },
-    /// READ response packets still to send.
+    /// READ response packets still to send; `replay` for a duplicate request.
     Read {
         rkey: u32,
         va: u64,
@@ -127,11 +126,13 @@ pub(crate) enum RespItem {
         psn: Psn,
         first: bool,
         msn: u32,
+        replay: bool,
     },
     AtomicAck {
         psn: Psn,
         orig: u64,
         msn: u32,
+        replay: bool,
     },
 }
 
@@ -366,6 +367,7 @@ pub(crate) fn apply_attrs(qp: &mut Qp, attr: &QpAttr, mask: AttrMask) {
     if mask.contains(M::SQ_PSN) {
         a.sq_psn = attr.sq_psn;
         qp.req.psn = attr.sq_psn;
+        qp.req.psn_hi = attr.sq_psn;
         qp.comp.psn = attr.sq_psn;
     }
     if mask.contains(M::MAX_DEST_RD_ATOMIC) {

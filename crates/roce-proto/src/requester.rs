@@ -173,10 +173,11 @@ pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, now: Instant, buf: &mut 
     }
     w.started = true;
     qp.req.psn = psn.add(npsn);
+    if qp.req.psn_hi.is_before(qp.req.psn) {
+        qp.req.psn_hi = qp.req.psn;
+    }
     qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
     if last {
-        let w = qp.wqe_mut(seq).unwrap();
-        w.sent = true;
         qp.req.next = seq + 1;
         qp.req.offset = 0;
         if op.is_read_or_atomic() {

@@ -321,16 +321,23 @@ fn save_resource(qp: &mut Qp, r: RespResource) {
     }
 }
 
-/// READ responses and atomic ACKs still waiting to be sent.
-fn pending_rd_atomic(qp: &Qp) -> usize {
-    qp.resp.outq.iter().filter(|i| matches!(i, RespItem::Read { .. } | RespItem::AtomicAck { .. })).count()
+/// READ responses and atomic ACKs still waiting to be sent, for new
+/// requests (`replays: false`) or for duplicates (`true`).
+fn pending_rd_atomic(qp: &Qp, replays: bool) -> usize {
+    qp.resp
+        .outq
+        .iter()
+        .filter(|i| {
+            matches!(i, RespItem::Read { replay, .. } | RespItem::AtomicAck { replay, .. } if *replay == replays)
+        })
+        .count()
 }
 
 /// The responder takes at most max_dest_rd_atomic READs and atomics at a
 /// time (IBTA §9.5, the responder resources); a requester that exceeds it
 /// gets an Invalid Request NAK. Also bounds what a hostile peer can queue.
 fn check_rd_atomic_room(qp: &Qp) -> Result<(), Fault> {
-    if pending_rd_atomic(qp) >= usize::from(qp.attr.max_dest_rd_atomic) {
+    if pending_rd_atomic(qp, false) >= usize::from(qp.attr.max_dest_rd_atomic) {
         return Err(Fault::Nak(NakCode::InvalidRequest, None));
     }
     Ok(())
@@ -348,7 +355,10 @@ fn exec_read(qp: &mut Qp, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(),
     save_resource(qp, RespResource::Read { first_psn: psn, last_psn: psn.add(npkts - 1) });
     qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
     let msn = qp.resp.msn;
-    push(qp, RespItem::Read { rkey: reth.rkey, va: reth.va, remaining: len, psn, first: true, msn });
+    push(
+        qp,
+        RespItem::Read { rkey: reth.rkey, va: reth.va, remaining: len, psn, first: true, msn, replay: false },
+    );
     qp.resp.epsn = psn.add(npkts);
     Ok(())
 }
@@ -369,7 +379,7 @@ fn exec_atomic(qp: &mut Qp, res: &mut Res, op: Operation, pkt: &RocePacketRepr<'
     qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
     let msn = qp.resp.msn;
     save_resource(qp, RespResource::Atomic { psn, orig, msn });
-    push(qp, RespItem::AtomicAck { psn, orig, msn });
+    push(qp, RespItem::AtomicAck { psn, orig, msn, replay: false });
     qp.resp.epsn = psn.next();
     Ok(())
 }
@@ -377,7 +387,9 @@ fn exec_atomic(qp: &mut Qp, res: &mut Res, op: Operation, pkt: &RocePacketRepr<'
 /// A request with a PSN already seen (§9.7.5.1.2).
 fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
     let psn = pkt.bth.psn;
-    let room = pending_rd_atomic(qp) < usize::from(qp.attr.max_dest_rd_atomic);
+    // Replays are bounded too (a flood of duplicates must not grow the queue),
+    // separately from the resources new requests hold.
+    let room = pending_rd_atomic(qp, true) < usize::from(qp.attr.max_dest_rd_atomic).max(1);
     match info.operation {
         Operation::Send | Operation::RdmaWrite => push_ack(qp),
         Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd if !room => {
@@ -399,7 +411,15 @@ fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePa
                 let msn = qp.resp.msn;
                 push(
                     qp,
-                    RespItem::Read { rkey: reth.rkey, va: reth.va, remaining: len, psn, first: true, msn },
+                    RespItem::Read {
+                        rkey: reth.rkey,
+                        va: reth.va,
+                        remaining: len,
+                        psn,
+                        first: true,
+                        msn,
+                        replay: true,
+                    },
                 );
             } else {
                 res.counters.dup_no_resource_dropped += 1;
@@ -411,7 +431,7 @@ fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePa
                 _ => None,
             });
             match saved {
-                Some((orig, msn)) => push(qp, RespItem::AtomicAck { psn, orig, msn }),
+                Some((orig, msn)) => push(qp, RespItem::AtomicAck { psn, orig, msn, replay: true }),
                 None => res.counters.dup_no_resource_dropped += 1,
             }
         }
@@ -521,12 +541,12 @@ pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, buf: &mut [u8]) -> Optio
             let ext = ExtHeaders { aeth: Some(AethRepr { syndrome, msn }), ..ExtHeaders::default() };
             (RocePacketRepr { bth: bth(0x11, psn), ext, payload: &[] }, None)
         }
-        RespItem::AtomicAck { psn, orig, msn } => {
+        RespItem::AtomicAck { psn, orig, msn, .. } => {
             qp.resp.outq.pop_front();
             let ext = ExtHeaders { aeth: ack(msn), atomic_ack: Some(orig), ..ExtHeaders::default() };
             (RocePacketRepr { bth: bth(0x12, psn), ext, payload: &[] }, None)
         }
-        RespItem::Read { rkey, va, remaining, psn, first, msn } => {
+        RespItem::Read { rkey, va, remaining, psn, first, msn, .. } => {
             let n = remaining.min(mtu as u64);
             let last = n == remaining;
             let opcode = match (first, last) {
