@@ -1,0 +1,111 @@
+//! Many seeds in a row: a progress callback after each, and a summary with
+//! the failures (each with its seed, so that it can be replayed alone).
+
+use crate::run::{run_seed, Config, Failure, Report};
+
+/// Totals over the passing runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub send_wrs: u64,
+    pub completions: u64,
+    pub packets: u64,
+    pub lost: u64,
+    pub corrupted: u64,
+    pub duplicated: u64,
+    pub rnr_naks: u64,
+    pub seq_naks: u64,
+    pub timeouts: u64,
+    pub probes: u64,
+    pub queue_full: u64,
+    /// Simulated nanoseconds.
+    pub sim_ns: u64,
+}
+
+impl Totals {
+    fn add(&mut self, r: &Report) {
+        self.send_wrs += r.send_wrs as u64;
+        self.completions += r.completions as u64;
+        self.packets += r.net.sent;
+        self.lost += r.net.lost;
+        self.corrupted += r.net.corrupted;
+        self.duplicated += r.net.duplicated;
+        self.rnr_naks += r.rnr_naks;
+        self.seq_naks += r.seq_naks;
+        self.timeouts += r.timeouts;
+        self.probes += u64::from(r.probe);
+        self.queue_full += r.queue_full;
+        self.sim_ns += r.end.0;
+    }
+}
+
+/// Options of a soak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SoakOptions {
+    /// Stop at the first failure.
+    pub fail_fast: bool,
+    /// Failures kept in full (all are counted).
+    pub keep_failures: usize,
+}
+
+impl Default for SoakOptions {
+    fn default() -> Self {
+        SoakOptions { fail_fast: false, keep_failures: 20 }
+    }
+}
+
+/// The state after each seed.
+#[derive(Debug, Clone)]
+pub struct Summary {
+    /// Seeds run so far.
+    pub seeds: u64,
+    pub passed: u64,
+    pub failed: u64,
+    /// The first failures (up to `keep_failures`), in seed order.
+    pub failures: Vec<Failure>,
+    /// Seeds of every failure.
+    pub failed_seeds: Vec<u64>,
+    pub totals: Totals,
+    pub wall: std::time::Duration,
+}
+
+/// Runs seeds `start..start + count`, calling `progress` after each.
+pub fn soak(
+    start: u64,
+    count: u64,
+    cfg: &Config,
+    opts: SoakOptions,
+    mut progress: impl FnMut(&Summary),
+) -> Summary {
+    let t0 = std::time::Instant::now();
+    let mut s = Summary {
+        seeds: 0,
+        passed: 0,
+        failed: 0,
+        failures: Vec::new(),
+        failed_seeds: Vec::new(),
+        totals: Totals::default(),
+        wall: std::time::Duration::ZERO,
+    };
+    for seed in start..start.saturating_add(count) {
+        s.seeds += 1;
+        match run_seed(seed, cfg) {
+            Ok(r) => {
+                s.passed += 1;
+                s.totals.add(&r);
+            }
+            Err(f) => {
+                s.failed += 1;
+                s.failed_seeds.push(seed);
+                if s.failures.len() < opts.keep_failures {
+                    s.failures.push(f);
+                }
+            }
+        }
+        s.wall = t0.elapsed();
+        progress(&s);
+        if opts.fail_fast && s.failed > 0 {
+            break;
+        }
+    }
+    s
+}

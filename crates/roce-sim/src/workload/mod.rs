@@ -1,0 +1,17 @@
+//! Random verbs workloads: a seed becomes a [`Plan`] (hosts, memory, QPs,
+//! timed work requests), which [`setup`] instantiates on a network.
+
+mod gen;
+mod memory;
+mod params;
+mod plan;
+mod recv;
+mod setup;
+mod stream;
+mod ud;
+
+pub use gen::{generate, GRH_LEN};
+pub use memory::{ATOM, LAND, RECV, SRC, TGT, UDOUT};
+pub use params::{Faults, Params};
+pub use plan::*;
+pub use setup::{setup, Live, LiveHost};

@@ -1,0 +1,77 @@
+//! The knobs of the workload generator: how big a plan may get and which
+//! features and faults it may use. The seed picks concrete values inside
+//! these bounds.
+
+/// Bounds for link faults; each link of a faulty run draws each probability
+/// uniformly in `[0, max]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Faults {
+    pub max_loss: f64,
+    pub max_reorder: f64,
+    pub max_duplicate: f64,
+    pub max_corrupt: f64,
+    /// Fraction of runs with perfect links.
+    pub clean_runs: f64,
+}
+
+impl Faults {
+    pub const NONE: Faults =
+        Faults { max_loss: 0.0, max_reorder: 0.0, max_duplicate: 0.0, max_corrupt: 0.0, clean_runs: 1.0 };
+}
+
+impl Default for Faults {
+    /// Up to 10% loss, 20% reordering, 5% duplication, 5% corruption.
+    fn default() -> Self {
+        Faults { max_loss: 0.10, max_reorder: 0.20, max_duplicate: 0.05, max_corrupt: 0.05, clean_runs: 0.15 }
+    }
+}
+
+/// What a generated workload may contain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    /// Hosts per run (inclusive range).
+    pub hosts: (usize, usize),
+    /// RC QP pairs per run.
+    pub rc_pairs: (usize, usize),
+    /// Send WRs per RC stream (one stream per QP of a pair).
+    pub ops_per_stream: (usize, usize),
+    /// Largest message, in path MTUs.
+    pub max_msg_mtus: u32,
+    /// UD QPs and up to this many UD sends per UD QP (0: no UD).
+    pub ud_msgs: usize,
+    /// Shared receive queues on some QPs.
+    pub srq: bool,
+    /// Receive WRs posted late and in bursts so that senders meet RNR NAKs.
+    pub rnr_storms: bool,
+    /// Some runs add a QP pair whose last WRs write to a remotely
+    /// invalidated region and must fail.
+    pub probe: bool,
+    /// Hosts may have IPv6 addresses (and some only IPv6).
+    pub ipv6: bool,
+    /// Some send queues, receive queues and SRQs hold only 1 to 4 WRs, so
+    /// that the application meets full queues and posts as WRs retire.
+    pub small_queues: bool,
+    /// Some QPs get an ACK timeout just above the round trip, so that
+    /// reordering causes spurious retransmissions (duplicates to handle).
+    pub tight_timeouts: bool,
+    pub faults: Faults,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Params {
+            hosts: (2, 4),
+            rc_pairs: (1, 6),
+            ops_per_stream: (0, 24),
+            max_msg_mtus: 4,
+            ud_msgs: 6,
+            srq: true,
+            rnr_storms: true,
+            probe: true,
+            ipv6: true,
+            tight_timeouts: true,
+            small_queues: true,
+            faults: Faults::default(),
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Instantiates a plan: one engine per host on the network, its PD, CQs,
+//! SRQs, memory and MRs (explicit I/O virtual addresses, so keys and
+//! addresses in packets do not depend on where the allocator put buffers),
+//! and every QP brought to RTS through the ibv_modify_qp transitions.
+//! Also translates planned WRs into verbs WRs with the real keys.
+
+use std::sync::Arc;
+
+use roce_proto::{
+    Access, AddressVector, AttrMask as M, CqId, Engine, EngineConfig, MemBuf, MrKeys, MrSpec, PdId, QpAttr,
+    QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
+};
+
+use roce_wire::Psn;
+
+use super::plan::*;
+use crate::net::Network;
+
+/// Depth of every CQ (the driver drains them after every step).
+const CQ_DEPTH: usize = 1 << 14;
+
+/// A host's verbs objects.
+pub struct LiveHost {
+    pub pd: PdId,
+    pub cqs: Vec<CqId>,
+    pub srqs: Vec<SrqId>,
+    pub mem: Arc<MemBuf>,
+    /// Keys of each region of the plan, same order.
+    pub keys: Vec<MrKeys>,
+}
+
+/// The instantiated plan.
+pub struct Live {
+    pub hosts: Vec<LiveHost>,
+    /// QP number of each planned QP.
+    pub qpns: Vec<u32>,
+    /// Initial send PSN of each planned QP.
+    pub sq_psns: Vec<u32>,
+}
+
+fn err(what: &str, e: impl core::fmt::Display) -> String {
+    format!("setup: {what}: {e}")
+}
+
+/// Creates everything the plan describes on `net` (which must have no
+/// hosts yet).
+pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
+    let mut hosts = Vec::new();
+    for (i, hp) in plan.hosts.iter().enumerate() {
+        let mut cfg = EngineConfig::new(hp.gids.clone());
+        cfg.ack_req_every = hp.device.ack_req_every;
+        cfg.max_unacked_psns = hp.device.max_unacked_psns;
+        cfg.ecn = hp.device.ecn;
+        let id = net.add_host(Engine::new(cfg, hp.engine_seed));
+        assert_eq!(id, i, "hosts are added in plan order");
+        let e = net.engine_mut(id);
+        let pd = e.alloc_pd();
+        let cqs = (0..hp.cqs)
+            .map(|_| e.create_cq(CQ_DEPTH))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|x| err("CQ", x))?;
+        let srqs = hp
+            .srqs
+            .iter()
+            .map(|&(max_wr, max_sge)| e.create_srq(pd, max_wr, max_sge))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|x| err("SRQ", x))?;
+        let mem = MemBuf::new(hp.mem_len);
+        mem.write(0, &hp.init).map_err(|x| err("memory", x))?;
+        let keys = hp
+            .mrs
+            .iter()
+            .map(|m| {
+                let spec = MrSpec {
+                    buf: mem.clone(),
+                    offset: m.buf_off,
+                    length: m.len,
+                    iova: Some(m.iova),
+                    access: m.kind.access(),
+                };
+                e.reg_mr(pd, spec)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|x| err("MR", x))?;
+        hosts.push(LiveHost { pd, cqs, srqs, mem, keys });
+    }
+    for &((a, b), params) in &plan.links {
+        net.set_link(a, b, params);
+    }
+    let mut qpns = Vec::new();
+    for q in &plan.qps {
+        let h = &hosts[q.host];
+        let init = QpInitAttr {
+            qp_type: q.qp_type,
+            pd: h.pd,
+            send_cq: h.cqs[q.send_cq],
+            recv_cq: h.cqs[q.recv_cq],
+            srq: q.srq.map(|s| h.srqs[s]),
+            cap: q.cap,
+            sq_sig_all: q.sq_sig_all,
+        };
+        qpns.push(net.engine_mut(q.host).create_qp(init).map_err(|x| err("create_qp", x))?);
+    }
+    let sq_psns: Vec<u32> = plan
+        .qps
+        .iter()
+        .map(|q| match q.conn.map(|c| c.sq_psn) {
+            Some(PsnPick::Engine) => net.engine_mut(q.host).random_psn().value(),
+            Some(PsnPick::Fixed(v)) => v,
+            None => 0,
+        })
+        .collect();
+    for (i, q) in plan.qps.iter().enumerate() {
+        connect(net.engine_mut(q.host), i, q, &qpns, &sq_psns).map_err(|x| err("modify_qp", x))?;
+    }
+    Ok(Live { hosts, qpns, sq_psns })
+}
+
+/// RESET -> INIT -> RTR -> RTS with the attributes ibv_modify_qp(3) requires.
+fn connect(
+    e: &mut Engine,
+    i: QpIdx,
+    q: &QpPlan,
+    qpns: &[u32],
+    psns: &[u32],
+) -> Result<(), roce_proto::VerbsError> {
+    let qpn = qpns[i];
+    let mut a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, ..QpAttr::default() };
+    let Some(c) = q.conn else {
+        debug_assert_eq!(q.qp_type, QpType::Ud);
+        a.qkey = q.qkey;
+        e.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
+        a.qp_state = QpState::Rtr;
+        e.modify_qp(qpn, &a, M::STATE)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = Psn::new(0);
+        return e.modify_qp(qpn, &a, M::STATE | M::SQ_PSN);
+    };
+    a.qp_access_flags = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    e.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
+    a.qp_state = QpState::Rtr;
+    a.av = AddressVector {
+        sgid_index: c.sgid_index,
+        traffic_class: c.traffic_class,
+        hop_limit: c.hop_limit,
+        flow_label: c.flow_label,
+        ..AddressVector::new(c.dgid)
+    };
+    a.path_mtu = c.mtu;
+    a.dest_qp_num = qpns[c.peer];
+    a.rq_psn = Psn::new(psns[c.peer]);
+    a.max_dest_rd_atomic = c.max_dest_rd_atomic;
+    a.min_rnr_timer = c.min_rnr_timer;
+    e.modify_qp(
+        qpn,
+        &a,
+        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
+    )?;
+    a.qp_state = QpState::Rts;
+    a.sq_psn = Psn::new(psns[i]);
+    a.timeout = c.timeout;
+    a.retry_cnt = c.retry_cnt;
+    a.rnr_retry = c.rnr_retry;
+    a.max_rd_atomic = c.max_rd_atomic;
+    e.modify_qp(
+        qpn,
+        &a,
+        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
+    )
+}
+
+impl Live {
+    pub fn keys(&self, r: MrRef) -> MrKeys {
+        self.hosts[r.host].keys[r.mr]
+    }
+
+    /// The I/O virtual address of a segment.
+    pub fn addr(&self, s: &Seg) -> u64 {
+        self.keys(s.mr).addr + s.off
+    }
+
+    pub fn sge(&self, s: &Seg) -> Sge {
+        Sge { addr: self.addr(s), length: s.len, lkey: self.keys(s.mr).lkey }
+    }
+
+    /// The verbs WR of a planned send.
+    pub fn send_wr(&self, plan: &Plan, op: &Op) -> SendWr {
+        let mut ud = None;
+        let sop = match op.kind {
+            OpKind::Send => SendOp::Send,
+            OpKind::SendImm { imm } => SendOp::SendWithImm { imm },
+            OpKind::SendInv { target } => SendOp::SendWithInv { rkey: self.keys(target).rkey },
+            OpKind::Write { dst } => {
+                SendOp::Write { remote_addr: self.addr(&dst), rkey: self.keys(dst.mr).rkey }
+            }
+            OpKind::WriteImm { dst, imm } => {
+                SendOp::WriteWithImm { remote_addr: self.addr(&dst), rkey: self.keys(dst.mr).rkey, imm }
+            }
+            OpKind::Read { src } => {
+                SendOp::Read { remote_addr: self.addr(&src), rkey: self.keys(src.mr).rkey }
+            }
+            OpKind::CmpSwap { word, compare, swap } => SendOp::CompareSwap {
+                remote_addr: self.addr(&word),
+                rkey: self.keys(word.mr).rkey,
+                compare,
+                swap,
+            },
+            OpKind::FetchAdd { word, add, .. } => {
+                SendOp::FetchAdd { remote_addr: self.addr(&word), rkey: self.keys(word.mr).rkey, add }
+            }
+            OpKind::UdSend { to, imm, .. } => {
+                ud = Some(UdDest {
+                    av: AddressVector {
+                        sgid_index: to.sgid_index,
+                        traffic_class: to.traffic_class,
+                        hop_limit: to.hop_limit,
+                        flow_label: to.flow_label,
+                        ..AddressVector::new(to.dgid)
+                    },
+                    remote_qpn: self.qpns[to.qp],
+                    remote_qkey: plan.qps[to.qp].qkey,
+                });
+                imm.map_or(SendOp::Send, |imm| SendOp::SendWithImm { imm })
+            }
+        };
+        SendWr {
+            wr_id: op.wr_id,
+            op: sop,
+            sg_list: op.sges.iter().map(|s| self.sge(s)).collect(),
+            signaled: op.signaled,
+            fence: op.fence,
+            solicited: op.solicited,
+            inline: op.inline,
+            ud,
+        }
+    }
+
+    pub fn recv_wr(&self, w: &RecvWqe) -> RecvWr {
+        RecvWr { wr_id: w.wr_id, sg_list: w.sges.iter().map(|s| self.sge(s)).collect() }
+    }
+}
