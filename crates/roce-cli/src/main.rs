@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! roce pcap decode FILE [--json] [--pmtu N] [--port P]
+//! roce perf {write,read,send,atomic}-{bw,lat} [SERVER | --loopback] [perftest options]
+//! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
 //! ```
 //!
 //! Each subcommand lives in its own module; this file only declares the
@@ -13,6 +15,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod pcap_cmd;
+mod perf;
+mod ping;
+mod soak_cmd;
 
 /// A user-space RoCEv2 / RDMA stack.
 #[derive(Debug, Parser)]
@@ -29,6 +34,15 @@ enum Command {
         #[command(subcommand)]
         command: PcapCommand,
     },
+    /// Run the deterministic simulation over many seeds (see `soak_cmd`).
+    Soak(soak_cmd::SoakArgs),
+    /// perftest's benchmarks over the UDP driver (ib_write_bw, ib_read_lat, ...).
+    Perf {
+        #[command(subcommand)]
+        test: perf::PerfCommand,
+    },
+    /// ibv_rc_pingpong over the UDP driver.
+    Ping(ping::PingArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -45,5 +59,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap { command: PcapCommand::Decode(args) } => pcap_cmd::run(&args).exit_code(),
+        Command::Soak(args) => soak_cmd::run(&args),
+        Command::Perf { test } => perf::main(&test),
+        Command::Ping(args) => ping::main(&args),
     }
 }

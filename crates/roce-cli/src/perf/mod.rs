@@ -1,0 +1,269 @@
+//! `roce perf`: perftest's benchmarks (ib_write_bw, ib_read_lat, ...) over
+//! the UDP driver, with perftest's options, output and out-of-band TCP
+//! exchange, so that either end can be a stock perftest.
+//!
+//! * `args`: the options, their checks and perftest's defaults ([`Conf`]);
+//! * [`exchange`]: the TCP messages (version, MTU, keys, reports, "done");
+//! * [`flow`]: the order of exchanges in each test program;
+//! * [`run`]: the RDMA side (device, QPs, buffers, the bandwidth loops;
+//!   the latency loops in `run/lat.rs`);
+//! * [`report`]: statistics and perftest's tables.
+//!
+//! Server: `roce perf write-bw`; client: `roce perf write-bw SERVER`;
+//! both in one process over 127.0.0.1: `roce perf write-bw --loopback`.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+
+mod args;
+pub mod exchange;
+pub mod flow;
+#[cfg(test)]
+pub(crate) mod replay_tests;
+pub mod report;
+pub mod run;
+
+pub use args::{parse_mtu, Conf, PerfCommand, MAX_OUT_READS};
+use exchange::{Oob, Role};
+
+/// An error with a message meant for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error(pub String);
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+impl From<roce::Error> for Error {
+    fn from(e: roce::Error) -> Error {
+        Error(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Adds what was being done to an error.
+pub trait Context<T> {
+    fn context(self, what: impl fmt::Display) -> Result<T>;
+}
+
+impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
+    fn context(self, what: impl fmt::Display) -> Result<T> {
+        self.map_err(|e| Error(format!("{what}: {e}")))
+    }
+}
+
+/// The operation a test measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Send,
+    Write,
+    Read,
+    Atomic,
+}
+
+impl Verb {
+    /// perftest's `testsStr`.
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            Verb::Send => "Send",
+            Verb::Write => "RDMA_Write",
+            Verb::Read => "RDMA_Read",
+            Verb::Atomic => "Atomic",
+        }
+    }
+}
+
+/// Bandwidth or latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Bw,
+    Lat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Test {
+    pub verb: Verb,
+    pub kind: Kind,
+}
+
+impl Test {
+    /// perftest's program name without "ib_" (e.g. "write_bw").
+    pub fn name(self) -> String {
+        let v = format!("{:?}", self.verb).to_lowercase();
+        let k = if self.kind == Kind::Bw { "bw" } else { "lat" };
+        format!("{v}_{k}")
+    }
+}
+
+/// `-A`: the atomic operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AtomicType {
+    #[value(name = "CMP_AND_SWAP")]
+    CmpAndSwap,
+    #[value(name = "FETCH_AND_ADD")]
+    FetchAndAdd,
+}
+
+impl AtomicType {
+    pub fn perftest_name(self) -> &'static str {
+        match self {
+            AtomicType::CmpAndSwap => "CMP_AND_SWAP",
+            AtomicType::FetchAndAdd => "FETCH_AND_ADD",
+        }
+    }
+}
+
+/// `roce perf ...`: exit status 0 on success, 1 when the test fails, 2 for
+/// bad arguments.
+pub fn main(cmd: &PerfCommand) -> ExitCode {
+    let (test, args) = cmd.split();
+    let conf = match Conf::new(test, args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let r = if args.loopback {
+        loopback(&conf)
+    } else if let Some(s) = &args.server {
+        client(&conf, s)
+    } else {
+        server(&conf, None, None, false)
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Options of one end of a test.
+struct End {
+    role: Role,
+    udp_port: u16,
+    pcap: Option<PathBuf>,
+    quiet: bool,
+}
+
+fn client(conf: &Conf, server: &str) -> Result<()> {
+    let port = conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT);
+    let addrs: Vec<SocketAddr> = (server, port)
+        .to_socket_addrs()
+        .map_err(|e| Error(format!("cannot resolve the server address {server:?}: {e}")))?
+        .collect();
+    if addrs.is_empty() {
+        return Err(Error(format!("the server address {server:?} resolves to nothing")));
+    }
+    let stream = exchange::connect(&addrs, conf.timeout)?;
+    let end = End { role: Role::Client, udp_port: conf.udp_port, pcap: conf.pcap.clone(), quiet: false };
+    run_end(conf, Oob::new(stream, Role::Client), None, &end)
+}
+
+/// Waits for one client on `listener` (or on `--bind`/any address and
+/// `-p`), then runs the test.
+fn server(
+    conf: &Conf,
+    listener: Option<TcpListener>,
+    side: Option<run::RdmaSide>,
+    quiet: bool,
+) -> Result<()> {
+    let end = End { role: Role::Server, udp_port: conf.udp_port, pcap: conf.pcap.clone(), quiet };
+    // With a known address, open the device first: a busy UDP port is
+    // reported before anybody connects.
+    let side = match (side, conf.bind) {
+        (Some(s), _) => Some(s),
+        (None, Some(ip)) => Some(open_side(conf, ip, &end)?),
+        (None, None) => None,
+    };
+    let listener = match listener {
+        Some(l) => l,
+        None => {
+            let ip = conf.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+            let port = conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT);
+            TcpListener::bind((ip, port))
+                .context(format!("cannot listen on TCP {}", SocketAddr::new(ip, port)))?
+        }
+    };
+    if !quiet && !conf.json {
+        println!("\n************************************");
+        println!("* Waiting for client to connect... *");
+        println!("************************************");
+    }
+    let (stream, _) = listener.accept().context("accepting the client")?;
+    drop(listener);
+    run_end(conf, Oob::new(stream, Role::Server), side, &end)
+}
+
+fn open_side(conf: &Conf, ip: IpAddr, end: &End) -> Result<run::RdmaSide> {
+    run::RdmaSide::open(conf, end.role, SocketAddr::new(ip, end.udp_port), end.pcap.clone(), end.quiet)
+}
+
+fn run_end(conf: &Conf, mut oob: Oob, side: Option<run::RdmaSide>, end: &End) -> Result<()> {
+    let ip = match conf.bind {
+        Some(ip) => ip,
+        None => oob.local_ip()?,
+    };
+    let mut side = match side {
+        Some(s) => s,
+        None => open_side(conf, ip, end)?,
+    };
+    let spec = flow::FlowSpec {
+        test: conf.test,
+        duplex: conf.duplex,
+        sizes: conf.sizes.clone(),
+        mtu: conf.mtu_for(ip),
+        linger: conf.timeout,
+    };
+    if conf.busy_poll {
+        // A busy-polling device receives only when driven: keep it going
+        // while we wait for the peer over TCP.
+        let dev = side.device();
+        oob.set_pump(Box::new(move || {
+            let _ = dev.progress();
+        }));
+    }
+    let r = flow::drive(&mut oob, &spec, &mut side);
+    side.finish(r)
+}
+
+/// Server and client in one process, over real UDP between two devices.
+fn loopback(conf: &Conf) -> Result<()> {
+    let ip = conf.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let listener =
+        TcpListener::bind((ip, conf.tcp_port.unwrap_or(0))).context(format!("cannot listen on TCP {ip}"))?;
+    let addr = listener.local_addr().context("TCP listener")?;
+    let mut sconf = conf.clone();
+    sconf.bind = Some(ip);
+    sconf.pcap = None;
+    sconf.json = false;
+    let send = End { role: Role::Server, udp_port: conf.udp_port, pcap: None, quiet: true };
+    let side = open_side(&sconf, ip, &send)?;
+    let srv = std::thread::Builder::new()
+        .name("perf-server".into())
+        .spawn(move || server(&sconf, Some(listener), Some(side), true))
+        .context("starting the server thread")?;
+    let mut cconf = conf.clone();
+    cconf.bind = Some(ip);
+    let end = End { role: Role::Client, udp_port: 0, pcap: conf.pcap.clone(), quiet: false };
+    let c = exchange::connect(&[addr], conf.timeout)
+        .and_then(|stream| run_end(&cconf, Oob::new(stream, Role::Client), None, &end));
+    let s = srv.join().unwrap_or_else(|_| Err(Error("the server thread panicked".into())));
+    match (c, s) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(c), Ok(())) => Err(c),
+        (Ok(()), Err(s)) => Err(Error(format!("server: {s}"))),
+        (Err(c), Err(s)) => Err(Error(format!("{c}\n       server: {s}"))),
+    }
+}

@@ -1,0 +1,573 @@
+//! `roce ping`: ibv_rc_pingpong over the UDP driver, with its options,
+//! its TCP exchange and its output, so either end can be a stock
+//! `ibv_rc_pingpong -g <index>`.
+//!
+//! The exchange (TCP port 18515): the client sends
+//! `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID as 32 hex digits) with its
+//! NUL, 52 bytes; the server connects its QP and answers the same way; the
+//! client sends "done\0". A device on a UDP port other than 4791 announces
+//! the port in the LID field (RoCE has no LIDs; a stock peer sends 0).
+//!
+//! Then both ends ping-pong `-n` SENDs of `-s` bytes: the client sends
+//! first, each end sends again once its previous send completed and the
+//! peer's message arrived.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use roce::{
+    Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Psn, Qp, QpBuilder,
+    RecvWr, SendOp, SendWr, WcStatus, WC_ZERO,
+};
+
+use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
+use crate::perf::{parse_mtu, Context as _, Error, Result};
+
+const RECV_WRID: u64 = 1;
+const SEND_WRID: u64 = 2;
+/// `sizeof "0000:000000:000000:00000000000000000000000000000000"`.
+const MSG_LEN: usize = 52;
+/// Largest inline send (the QP is created with this much inline room).
+const MAX_INLINE: u32 = 256;
+
+/// Arguments of `roce ping`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct PingArgs {
+    /// Server to connect to; without it, wait for a client.
+    #[arg(value_name = "SERVER", conflicts_with = "loopback")]
+    pub server: Option<String>,
+    /// TCP port of the exchange.
+    #[arg(short = 'p', long, default_value_t = exchange::DEFAULT_PORT)]
+    pub port: u16,
+    /// Size of each message in bytes.
+    #[arg(short = 's', long, value_name = "BYTES", default_value_t = 4096, value_parser = parse_size)]
+    pub size: u32,
+    /// Number of exchanges.
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 1000, value_parser = parse_iters)]
+    pub iters: u64,
+    /// Path MTU: 256, 512, 1024, 2048 or 4096.
+    #[arg(short = 'm', long, value_name = "BYTES", default_value = "1024", value_parser = parse_mtu)]
+    pub mtu: PathMtu,
+    /// Receives to keep posted.
+    #[arg(short = 'r', long = "rx-depth", value_name = "N", default_value_t = 500, value_parser = parse_rx_depth)]
+    pub rx_depth: u32,
+    /// Local GID index; this device has one GID, 0 (the bound address).
+    #[arg(short = 'g', long = "gid-idx", value_name = "INDEX", value_parser = parse_gid_index)]
+    pub gid_idx: Option<u32>,
+    /// Accepted for compatibility and ignored.
+    #[arg(short = 'd', long = "ib-dev", value_name = "DEV")]
+    pub ibdev: Option<String>,
+    /// IP address of the device (its GID) [default: the address the TCP peer reaches].
+    #[arg(long, value_name = "ADDR")]
+    pub bind: Option<IpAddr>,
+    /// UDP port of the device (0: any free port).
+    #[arg(long = "udp-port", value_name = "PORT", default_value_t = ROCE_UDP_PORT)]
+    pub udp_port: u16,
+    /// Spin on the socket instead of sleeping.
+    #[arg(long = "busy-poll")]
+    pub busy_poll: bool,
+    /// Write every packet this end sends and receives to a pcap file.
+    #[arg(long, value_name = "FILE")]
+    pub pcap: Option<PathBuf>,
+    /// Run server and client in this process over 127.0.0.1 (or --bind).
+    #[arg(long)]
+    pub loopback: bool,
+    /// Seconds to wait for the server, or for any progress.
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
+}
+
+fn parse_size(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u64>() {
+        Ok(0) => Err("the message size must be at least 1 byte".into()),
+        Ok(v) if v <= 1 << 30 => Ok(v as u32),
+        Ok(_) => Err("the message size must be at most 1 GiB".into()),
+        Err(_) => Err(format!("'{s}' is not a valid message size")),
+    }
+}
+
+fn parse_iters(s: &str) -> std::result::Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v >= 1 => Ok(v),
+        _ => Err(format!("'{s}' is not a valid number of iterations (at least 1)")),
+    }
+}
+
+fn parse_rx_depth(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(v) if (1..=16_384).contains(&v) => Ok(v),
+        _ => Err(format!("'{s}' is not a valid RX depth (1 to 16384)")),
+    }
+}
+
+fn parse_gid_index(s: &str) -> std::result::Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(0) => Ok(0),
+        Ok(v) => {
+            Err(format!("GID index {v} does not exist: the device has one GID, index 0 (the bound address)"))
+        }
+        Err(_) => Err(format!("'{s}' is not a valid GID index")),
+    }
+}
+
+/// What each end tells the other (`struct pingpong_dest`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dest {
+    pub lid: u16,
+    pub qpn: u32,
+    pub psn: u32,
+    pub gid: [u8; 16],
+}
+
+impl Dest {
+    /// The 52-byte message with its NUL.
+    pub fn encode(&self) -> [u8; MSG_LEN] {
+        let gid: String = self.gid.iter().map(|b| format!("{b:02x}")).collect();
+        let s = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn & 0xff_ffff, self.psn & 0xff_ffff);
+        let mut out = [0u8; MSG_LEN];
+        out[..s.len()].copy_from_slice(s.as_bytes());
+        out
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Dest> {
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        let text = String::from_utf8_lossy(&b[..end]).into_owned();
+        let bad = || Error(format!("malformed address from the peer: {text:?}"));
+        let f: Vec<&str> = text.split(':').collect();
+        if f.len() != 4 || f[3].len() != 32 {
+            return Err(bad());
+        }
+        let hex = |s: &str, max: u32| u32::from_str_radix(s, 16).ok().filter(|&v| v <= max).ok_or_else(bad);
+        let mut gid = [0u8; 16];
+        for (i, g) in gid.iter_mut().enumerate() {
+            let pair = f[3].get(2 * i..2 * i + 2).ok_or_else(bad)?;
+            *g = u8::from_str_radix(pair, 16).map_err(|_| bad())?;
+        }
+        Ok(Dest {
+            lid: hex(f[0], 0xffff)? as u16,
+            qpn: hex(f[1], 0xff_ffff)?,
+            psn: hex(f[2], 0xff_ffff)?,
+            gid,
+        })
+    }
+
+    /// Printed like `inet_ntop(AF_INET6)` does.
+    fn gid_text(&self) -> String {
+        Ipv6Addr::from(self.gid).to_string()
+    }
+
+    fn line(&self, side: &str) -> String {
+        format!(
+            "  {side} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            if side == "local" { "  " } else { " " },
+            self.lid,
+            self.qpn,
+            self.psn,
+            self.gid_text()
+        )
+    }
+}
+
+fn read_msg(s: &mut TcpStream) -> Result<[u8; MSG_LEN]> {
+    use std::io::Read;
+    let mut b = [0u8; MSG_LEN];
+    s.read_exact(&mut b).map_err(|e| Error(format!("couldn't read the remote address: {e}")))?;
+    Ok(b)
+}
+
+fn write_all(s: &mut TcpStream, b: &[u8]) -> Result<()> {
+    use std::io::Write;
+    s.write_all(b).context("couldn't send the local address")
+}
+
+/// `pp_client_exch_dest`.
+pub fn client_exchange(s: &mut TcpStream, mine: &Dest) -> Result<Dest> {
+    write_all(s, &mine.encode())?;
+    let theirs = Dest::decode(&read_msg(s)?)?;
+    write_all(s, b"done\0")?;
+    Ok(theirs)
+}
+
+/// `pp_server_exch_dest`: `connect` runs between reading the client's
+/// address and answering (the server's QP is ready before the client sends).
+pub fn server_exchange(
+    s: &mut TcpStream,
+    mine: &Dest,
+    connect: impl FnOnce(&Dest) -> Result<()>,
+) -> Result<Dest> {
+    use std::io::Read;
+    let theirs = Dest::decode(&read_msg(s)?)?;
+    connect(&theirs)?;
+    write_all(s, &mine.encode())?;
+    // "done\0" (a stock client closes right after it).
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut done = [0u8; MSG_LEN];
+    let _ = s.read(&mut done);
+    Ok(theirs)
+}
+
+/// The device and objects of one end.
+struct End {
+    dev: Device,
+    cq: Cq,
+    qp: Qp,
+    mr: Mr,
+    me: Dest,
+    size: u32,
+    rx_depth: u32,
+    busy_poll: bool,
+}
+
+impl End {
+    fn open(a: &PingArgs, bind: SocketAddr, pcap: Option<PathBuf>) -> Result<End> {
+        let mut cfg = DeviceConfig::new(bind);
+        cfg.busy_poll = a.busy_poll;
+        cfg.pcap = pcap;
+        let dev = Device::open(cfg).map_err(|e| {
+            let hint = match &e {
+                roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
+                    " (the UDP port is taken: choose another with --udp-port; 0 picks a free one)"
+                }
+                _ => "",
+            };
+            Error(format!("cannot open the RDMA device on UDP {bind}: {e}{hint}"))
+        })?;
+        let pd = dev.alloc_pd()?;
+        let cq = dev.create_cq(a.rx_depth as usize + 1)?;
+        let qp = pd.create_qp(
+            QpBuilder::rc(&cq)
+                .max_send_wr(1)
+                .max_recv_wr(a.rx_depth)
+                .max_sge(1, 1)
+                .max_inline_data(MAX_INLINE),
+        )?;
+        let buf = MemBuf::new(a.size as usize);
+        buf.fill(0, a.size as usize, 0x7b).map_err(|e| Error(e.to_string()))?;
+        let mr = pd.reg_mr(buf, Access::LOCAL_WRITE)?;
+        let port = dev.local_addr().port();
+        let me = Dest {
+            lid: if port == ROCE_UDP_PORT { 0 } else { port },
+            qpn: qp.qpn(),
+            psn: dev.random_psn().value(),
+            gid: gid_bytes(dev.gid()),
+        };
+        Ok(End { dev, cq, qp, mr, me, size: a.size, rx_depth: a.rx_depth, busy_poll: a.busy_poll })
+    }
+
+    fn post_recv(&self) -> Result<()> {
+        Ok(self.qp.post_recv(RecvWr { wr_id: RECV_WRID, sg_list: vec![self.mr.sge(0, self.size)] })?)
+    }
+
+    fn post_send(&self) -> Result<()> {
+        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, vec![self.mr.sge(0, self.size)]);
+        wr.inline = self.size <= MAX_INLINE;
+        Ok(self.qp.post_send(wr)?)
+    }
+
+    /// `pp_connect_ctx`, then the receives (rc_pingpong posts them in
+    /// INIT; `Qp::connect` moves the QP from RESET to RTS in one call, and
+    /// receives are posted before the peer can send: the server answers the
+    /// exchange only after this, the client sends only after this).
+    fn connect(&self, peer: &Dest, mtu: PathMtu) -> Result<()> {
+        if peer.gid == [0; 16] {
+            return Err(Error("the peer sent no GID: run ibv_rc_pingpong with -g <gid index>".into()));
+        }
+        let ip = Ipv6Addr::from(peer.gid).to_canonical();
+        if ip.is_ipv4() != self.dev.gid().is_ipv4() {
+            return Err(Error(format!("the peer's GID {ip} is not of our IP version ({})", self.dev.gid())));
+        }
+        let port = if peer.lid == 0 { ROCE_UDP_PORT } else { peer.lid };
+        let ep = Endpoint { gid: ip, port, qpn: peer.qpn, psn: Psn::new(peer.psn) };
+        let opts = ConnectOptions {
+            mtu,
+            access: Access::NONE,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+            ..ConnectOptions::default()
+        };
+        self.qp.connect(&ep, Psn::new(self.me.psn), &opts)?;
+        for _ in 0..self.rx_depth {
+            self.post_recv()?;
+        }
+        Ok(())
+    }
+
+    /// The ping-pong; returns the elapsed time.
+    fn run(&self, iters: u64, client: bool, timeout: Duration) -> Result<Duration> {
+        let mut pending = RECV_WRID;
+        if client {
+            self.post_send()?;
+            pending |= SEND_WRID;
+        }
+        let (mut scnt, mut rcnt, mut routs) = (0u64, 0u64, self.rx_depth);
+        let mut wcs = [WC_ZERO; 2];
+        let start = Instant::now();
+        let mut last = start;
+        while rcnt < iters || scnt < iters {
+            let n = match self
+                .cq
+                .wait(&mut wcs, timeout.saturating_sub(last.elapsed()).max(Duration::from_millis(1)))
+            {
+                Ok(n) => n,
+                Err(roce::Error::Timeout(_)) => 0,
+                Err(e) => return Err(e.into()),
+            };
+            if n == 0 {
+                if last.elapsed() >= timeout {
+                    return Err(Error(format!(
+                        "no completion for {} s after {scnt} sends and {rcnt} receives (is the peer running?)",
+                        timeout.as_secs()
+                    )));
+                }
+                continue;
+            }
+            last = Instant::now();
+            for wc in &wcs[..n] {
+                if wc.status != WcStatus::Success {
+                    return Err(Error(format!(
+                        "Failed status {:?} ({}) for wr_id {}",
+                        wc.status, wc.status as u32, wc.wr_id
+                    )));
+                }
+                match wc.wr_id {
+                    SEND_WRID => scnt += 1,
+                    RECV_WRID => {
+                        routs -= 1;
+                        if routs <= 1 {
+                            while routs < self.rx_depth {
+                                self.post_recv()?;
+                                routs += 1;
+                            }
+                        }
+                        rcnt += 1;
+                    }
+                    other => return Err(Error(format!("completion for unknown wr_id {other}"))),
+                }
+                pending &= !wc.wr_id;
+                if scnt < iters && pending == 0 {
+                    self.post_send()?;
+                    pending = RECV_WRID | SEND_WRID;
+                }
+            }
+        }
+        let t = start.elapsed();
+        if self.busy_poll {
+            // A busy-polling device sends the ACK of the peer's last message
+            // on the next call: make it, the peer is still waiting for it.
+            self.dev.progress()?;
+            self.dev.progress()?;
+        }
+        Ok(t)
+    }
+}
+
+/// Prints rc_pingpong's two result lines.
+fn results(size: u32, iters: u64, t: Duration) -> String {
+    let usec = t.as_secs_f64() * 1e6;
+    let bytes = u64::from(size) * iters * 2;
+    format!(
+        "{bytes} bytes in {:.2} seconds = {:.2} Mbit/sec\n{iters} iters in {:.2} seconds = {:.2} usec/iter",
+        usec / 1e6,
+        bytes as f64 * 8.0 / usec,
+        usec / 1e6,
+        usec / iters as f64
+    )
+}
+
+fn run_client(a: &PingArgs, server: &str, bind: Option<IpAddr>, pcap: Option<PathBuf>) -> Result<String> {
+    let addrs: Vec<SocketAddr> = (server, a.port)
+        .to_socket_addrs()
+        .map_err(|e| Error(format!("cannot resolve the server address {server:?}: {e}")))?
+        .collect();
+    let mut s = exchange::connect(&addrs, Duration::from_secs(a.timeout))?;
+    let ip = match bind {
+        Some(ip) => ip,
+        None => s.local_addr().context("TCP socket")?.ip().to_canonical(),
+    };
+    let udp_port = if a.loopback { 0 } else { a.udp_port };
+    let end = End::open(a, SocketAddr::new(ip, udp_port), pcap)?;
+    let mut out = end.me.line("local");
+    let peer = client_exchange(&mut s, &end.me)?;
+    out += &format!("\n{}", peer.line("remote"));
+    end.connect(&peer, a.mtu)?;
+    let t = end.run(a.iters, true, Duration::from_secs(a.timeout))?;
+    Ok(format!("{out}\n{}", results(a.size, a.iters, t)))
+}
+
+fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool) -> Result<String> {
+    let pre = match a.bind {
+        Some(ip) => Some(End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone().filter(|_| !quiet))?),
+        None => None,
+    };
+    if let (Some(e), false) = (&pre, quiet) {
+        println!("{}", e.me.line("local"));
+    }
+    let (mut s, _) = listener.accept().context("accepting the client")?;
+    drop(listener);
+    let printed = pre.is_some();
+    let end = match pre {
+        Some(e) => e,
+        None => {
+            let ip = s.local_addr().context("TCP socket")?.ip().to_canonical();
+            End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone())?
+        }
+    };
+    let mut out = if printed { String::new() } else { end.me.line("local") + "\n" };
+    let peer = server_exchange(&mut s, &end.me, |p| end.connect(p, a.mtu))?;
+    out += &peer.line("remote");
+    let t = end.run(a.iters, false, Duration::from_secs(a.timeout))?;
+    Ok(format!("{out}\n{}", results(a.size, a.iters, t)))
+}
+
+fn run(a: &PingArgs) -> Result<()> {
+    if let Some(d) = &a.ibdev {
+        eprintln!("note: -d/--ib-dev {d} is ignored: the device is the UDP socket of --bind/--udp-port");
+    }
+    if a.loopback {
+        let ip = a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        if !ip.is_loopback() {
+            return Err(Error(format!("--loopback needs a loopback address, not {ip}")));
+        }
+        let l = TcpListener::bind((ip, 0)).context(format!("cannot listen on TCP {ip}"))?;
+        let port = l.local_addr().context("TCP listener")?.port();
+        let mut sa = a.clone();
+        sa.bind = Some(ip);
+        let srv = std::thread::spawn(move || run_server(&sa, l, true));
+        let mut ca = a.clone();
+        ca.port = port;
+        let c = run_client(&ca, &ip.to_string(), Some(ip), a.pcap.clone());
+        let s = srv.join().unwrap_or_else(|_| Err(Error("the server thread panicked".into())));
+        return match (c, s) {
+            (Ok(out), Ok(_)) => {
+                println!("{out}");
+                Ok(())
+            }
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(Error(format!("server: {e}"))),
+        };
+    }
+    match &a.server {
+        Some(server) => {
+            let out = run_client(a, server, a.bind, a.pcap.clone())?;
+            println!("{out}");
+        }
+        None => {
+            let ip = a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+            let l = TcpListener::bind((ip, a.port))
+                .context(format!("cannot listen on TCP {}", SocketAddr::new(ip, a.port)))?;
+            let out = run_server(a, l, false)?;
+            println!("{out}");
+        }
+    }
+    Ok(())
+}
+
+/// `roce ping`: exit status 0 on success, 1 on failure.
+pub fn main(a: &PingArgs) -> ExitCode {
+    match run(a) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf::replay_tests::{tcp_stream, Segment};
+    use std::io::{Read, Write};
+    use std::path::Path;
+
+    #[test]
+    fn address_message_matches_ibv_rc_pingpong() {
+        let captured = b"0000:000012:6bbad9:00000000000000000000ffff0a2f0002\0";
+        assert_eq!(captured.len(), MSG_LEN);
+        let d = Dest::decode(captured).unwrap();
+        assert_eq!((d.lid, d.qpn, d.psn), (0, 0x12, 0x6bbad9));
+        assert_eq!(d.gid_text(), "::ffff:10.47.0.2");
+        assert_eq!(&d.encode(), captured);
+        assert_eq!(
+            d.line("local"),
+            "  local address:  LID 0x0000, QPN 0x000012, PSN 0x6bbad9, GID ::ffff:10.47.0.2"
+        );
+        assert!(Dest::decode(b"0000:12:zz:00\0").is_err());
+        assert!(Dest::decode("0000:000012:6bbad9:é0000000000000000000ffff0a2f000".as_bytes()).is_err());
+        let t = results(4096, 4, Duration::from_micros(41267));
+        assert_eq!(
+            t,
+            "32768 bytes in 0.04 seconds = 6.35 Mbit/sec\n4 iters in 0.04 seconds = 10316.75 usec/iter"
+        );
+    }
+
+    fn segments(name: &str) -> Vec<Segment> {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/softroce").join(name);
+        tcp_stream(&p, 18515)
+    }
+
+    fn mine() -> Dest {
+        Dest { lid: 0, qpn: 0x21, psn: 0xabcdef, gid: gid_bytes("127.0.0.1".parse().unwrap()) }
+    }
+
+    /// Our client against the captured server, our server against the captured client.
+    #[test]
+    fn exchange_replays_ibv_rc_pingpong() {
+        for name in ["rc_pingpong.pcap", "rc_pingpong_64B.pcap"] {
+            let segs = segments(name);
+            assert_eq!(
+                segs.iter().map(|s| (s.from_client, s.data.len())).collect::<Vec<_>>(),
+                [(true, 52), (false, 52), (true, 5)]
+            );
+            // client
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let server_msg = segs[1].data.clone();
+            let fake = std::thread::spawn(move || {
+                let (mut s, _) = l.accept().unwrap();
+                let mut a = [0u8; MSG_LEN];
+                s.read_exact(&mut a).unwrap();
+                s.write_all(&server_msg).unwrap();
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).unwrap();
+                (a, rest)
+            });
+            let mut s = TcpStream::connect(addr).unwrap();
+            let peer = client_exchange(&mut s, &mine()).unwrap();
+            drop(s);
+            assert_eq!(peer, Dest::decode(&segs[1].data).unwrap());
+            let (a, rest) = fake.join().unwrap();
+            assert_eq!(Dest::decode(&a).unwrap(), mine());
+            assert_eq!(rest, b"done\0");
+            // server
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let (c1, c2) = (segs[0].data.clone(), segs[2].data.clone());
+            let fake = std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.write_all(&c1).unwrap();
+                let mut a = [0u8; MSG_LEN];
+                s.read_exact(&mut a).unwrap();
+                s.write_all(&c2).unwrap();
+                let mut rest = Vec::new();
+                s.read_to_end(&mut rest).unwrap();
+                (a, rest)
+            });
+            let (mut s, _) = l.accept().unwrap();
+            let mut connected = None;
+            let peer = server_exchange(&mut s, &mine(), |d| {
+                connected = Some(*d);
+                Ok(())
+            })
+            .unwrap();
+            drop(s);
+            assert_eq!(connected, Some(peer));
+            assert_eq!(peer, Dest::decode(&segs[0].data).unwrap());
+            let (a, rest) = fake.join().unwrap();
+            assert_eq!(Dest::decode(&a).unwrap(), mine());
+            assert!(rest.is_empty());
+        }
+    }
+}

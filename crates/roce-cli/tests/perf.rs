@@ -1,0 +1,335 @@
+//! `roce perf` and `roce ping` as a user runs them: every test over real
+//! UDP on loopback, a server and a client process, bad arguments, and the
+//! packets of a run judged by the external oracle.
+
+use std::net::{TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+fn roce(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_roce")).args(args).output().expect("roce runs")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+fn assert_ok(o: &Output, what: &str) -> String {
+    let (out, err) = text(o);
+    assert!(o.status.success(), "{what}: exit {:?}\nstdout:\n{out}\nstderr:\n{err}", o.status);
+    out
+}
+
+/// perftest's blocks: the information block, the addresses, the table.
+fn assert_table(out: &str, what: &str, bw: bool, size: u64) {
+    for needle in [
+        "Connection type : RC",
+        "Link type       : Ethernet",
+        "Data ex. method : Ethernet",
+        " local address: LID 0000 QPN 0x",
+        " remote address: LID 0000 QPN 0x",
+        " GID: ",
+    ] {
+        assert!(out.contains(needle), "{what}: no {needle:?} in\n{out}");
+    }
+    let header =
+        if bw { " #bytes     #iterations    BW peak[MB/sec]" } else { " #bytes #iterations    t_min[usec]" };
+    assert!(out.contains(header), "{what}: no results header in\n{out}");
+    let row = out.lines().skip_while(|l| !l.starts_with(" #bytes")).nth(1).unwrap_or("");
+    let fields: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(fields.first().copied(), Some(size.to_string().as_str()), "{what}: row {row:?}");
+    let n = if bw { 5 } else { 9 };
+    assert_eq!(fields.len(), n, "{what}: row {row:?}");
+    for f in &fields[1..] {
+        assert!(f.parse::<f64>().is_ok_and(|v| v.is_finite() && v >= 0.0), "{what}: row {row:?}");
+    }
+}
+
+#[test]
+fn every_test_runs_over_loopback() {
+    let tests = [
+        ("write-bw", true, 65536),
+        ("read-bw", true, 65536),
+        ("send-bw", true, 65536),
+        ("atomic-bw", true, 8),
+        ("write-lat", false, 2),
+        ("read-lat", false, 2),
+        ("send-lat", false, 2),
+        ("atomic-lat", false, 8),
+    ];
+    for (t, bw, size) in tests {
+        let o = roce(&["perf", t, "--loopback", "--udp-port", "0", "-n", "20"]);
+        let out = assert_ok(&o, t);
+        assert_table(&out, t, bw, size);
+    }
+}
+
+#[test]
+fn variants_run_over_loopback() {
+    let runs: &[(&[&str], bool, u64)] = &[
+        (&["write-bw", "-q", "3", "-s", "5000", "-m", "1024", "-t", "8", "-Q", "4"], true, 5000),
+        (&["read-bw", "-b", "-s", "10000", "-m", "256"], true, 10000),
+        (&["send-bw", "-b", "-q", "2", "-s", "3000"], true, 3000),
+        (&["atomic-bw", "-A", "CMP_AND_SWAP", "-q", "2", "-F", "-d", "rxe0", "-x", "0"], true, 8),
+        (&["atomic-lat", "-A", "CMP_AND_SWAP", "--verify"], false, 8),
+        (&["write-lat", "-s", "300", "--verify"], false, 300),
+        (&["send-lat", "-s", "5000", "--verify", "--busy-poll"], false, 5000),
+        (&["read-lat", "-s", "1000", "--verify"], false, 1000),
+    ];
+    for (args, bw, size) in runs {
+        let mut a = vec!["perf"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--loopback", "--udp-port", "0", "-n", "20"]);
+        let o = roce(&a);
+        let out = assert_ok(&o, &a.join(" "));
+        assert_table(&out, &a.join(" "), *bw, *size);
+    }
+}
+
+#[test]
+fn report_gbits_and_all_sizes() {
+    let o = roce(&["perf", "write-bw", "--loopback", "--udp-port", "0", "-n", "5", "-a", "--report_gbits"]);
+    let out = assert_ok(&o, "write-bw -a");
+    assert!(out.contains("BW peak[Gb/sec]    BW average[Gb/sec]"), "{out}");
+    let sizes: Vec<u64> = out
+        .lines()
+        .skip_while(|l| !l.starts_with(" #bytes"))
+        .skip(1)
+        .map_while(|l| l.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert_eq!(sizes, (1..=23).map(|i| 1u64 << i).collect::<Vec<_>>());
+}
+
+#[test]
+fn timed_runs() {
+    for t in ["write-bw", "send-lat"] {
+        let o = roce(&["perf", t, "--loopback", "--udp-port", "0", "-D", "1"]);
+        let out = assert_ok(&o, t);
+        let header = if t == "write-bw" {
+            "BW average"
+        } else {
+            " #bytes        #iterations       t_avg[usec]    tps average"
+        };
+        assert!(out.contains(header), "{out}");
+    }
+}
+
+#[test]
+fn ipv6_loopback() {
+    let o = roce(&[
+        "perf",
+        "write-bw",
+        "--loopback",
+        "--bind",
+        "::1",
+        "--udp-port",
+        "0",
+        "-n",
+        "20",
+        "-s",
+        "10000",
+    ]);
+    let out = assert_ok(&o, "IPv6 write-bw");
+    assert_table(&out, "IPv6 write-bw", true, 10000);
+    assert!(out.contains(" GID: 00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:01"), "{out}");
+}
+
+#[test]
+fn json_output_reports_the_data_check() {
+    // The write-bw client learns the server's verdict; the read-bw client
+    // checks what it read itself; the send-bw client leaves it to the server.
+    for (t, check) in [("write-bw", "ok"), ("read-bw", "ok"), ("send-bw", "not checked here")] {
+        let o = roce(&["perf", t, "--loopback", "--udp-port", "0", "-n", "20", "-q", "2", "--json"]);
+        let out = assert_ok(&o, &format!("{t} --json"));
+        let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+        assert_eq!(v["test"], t.replace('-', "_"));
+        assert_eq!(v["data_check"], check, "{t}");
+        assert_eq!(v["results"][0]["size"], 65536);
+        assert_eq!(v["results"][0]["iters"], 40);
+        assert_eq!(v["local"].as_array().map(Vec::len), Some(2));
+        assert_eq!(v["remote"].as_array().map(Vec::len), Some(2));
+    }
+}
+
+fn free_tcp_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A server process and a client process, each with its own UDP port.
+#[test]
+fn server_and_client_processes() {
+    for (test, extra) in [("write-bw", &[][..]), ("send-lat", &["-s", "100"][..]), ("read-bw", &["-b"][..])] {
+        let (tcp, u1, u2) =
+            (free_tcp_port().to_string(), free_udp_port().to_string(), free_udp_port().to_string());
+        let mut srv_args =
+            vec!["perf", test, "-p", &tcp, "--udp-port", &u1, "--bind", "127.0.0.1", "-n", "50"];
+        srv_args.extend_from_slice(extra);
+        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(&srv_args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut cli_args = vec!["perf", test, "127.0.0.1", "-p", &tcp, "--udp-port", &u2, "-n", "50"];
+        cli_args.extend_from_slice(extra);
+        let client = roce(&cli_args);
+        let server = server.wait_with_output().unwrap();
+        let cout = assert_ok(&client, &format!("{test} client"));
+        let sout = assert_ok(&server, &format!("{test} server"));
+        assert!(sout.contains("* Waiting for client to connect... *"), "{sout}");
+        let bw = test.ends_with("bw");
+        let size = if bw { 65536 } else { 100 };
+        assert_table(&cout, test, bw, size);
+        assert!(cout.contains(&format!("Device         : 127.0.0.1:{u2}")), "{cout}");
+        assert_table(&sout, test, bw, size);
+    }
+}
+
+#[test]
+fn ping_over_loopback_and_between_processes() {
+    let o = roce(&["ping", "--loopback", "--udp-port", "0", "-n", "50", "-s", "1000"]);
+    let out = assert_ok(&o, "ping --loopback");
+    assert!(out.contains("  local address:  LID 0x"), "{out}");
+    assert!(out.contains("  remote address: LID 0x"), "{out}");
+    assert!(out.contains("100000 bytes in "), "{out}");
+    assert!(out.contains("50 iters in "), "{out}");
+
+    let (tcp, u1) = (free_tcp_port().to_string(), free_udp_port().to_string());
+    let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(["ping", "-p", &tcp, "--udp-port", &u1, "--bind", "::1", "-n", "30", "-s", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = roce(&["ping", "::1", "-p", &tcp, "--udp-port", "0", "-n", "30", "-s", "64"]);
+    let server = server.wait_with_output().unwrap();
+    let cout = assert_ok(&client, "ping client");
+    let sout = assert_ok(&server, "ping server");
+    for out in [&cout, &sout] {
+        assert!(out.contains("GID ::1"), "{out}");
+        assert!(out.contains("3840 bytes in "), "{out}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["perf", "write-bw", "-s", "0"], "at least 1 byte"),
+        (&["perf", "write-bw", "-m", "1000"], "not a path MTU"),
+        (&["perf", "write-bw", "-m", "8192"], "not a path MTU"),
+        (&["perf", "read-lat", "-m", "abc"], "not a valid MTU"),
+        (&["perf", "atomic-bw", "-A", "SWAP"], "possible values: CMP_AND_SWAP, FETCH_AND_ADD"),
+        (&["perf", "write-bw", "-A", "CMP_AND_SWAP"], "atomic tests only"),
+        (&["perf", "atomic-lat", "-s", "16"], "must be 8"),
+        (&["perf", "write-lat", "-q", "2"], "one QP"),
+        (&["perf", "send-lat", "-b"], "bandwidth tests only"),
+        (&["perf", "write-bw", "-n", "2"], "between 5 and"),
+        (&["perf", "write-bw", "-q", "0"], "between 1 and"),
+        (&["perf", "write-bw", "-x", "1"], "GID index 1 does not exist"),
+        (&["perf", "write-bw", "-D", "1", "-n", "10"], "cannot be used with"),
+        (&["perf", "write-bw", "-t", "0"], "between 1 and"),
+        (&["perf", "write-bw", "-s", "2000000000"], "at most"),
+        (&["perf", "write-bw", "-s", "1000000000", "-q", "4"], "MiB of buffers"),
+        (&["perf", "write-bw", "--bind", "0.0.0.0"], "unicast address"),
+        (&["perf", "write-bw", "--loopback", "--bind", "192.0.2.1"], "loopback address"),
+        (&["perf", "write-bw", "--loopback", "10.0.0.1"], "cannot be used with"),
+        (&["perf", "nonsense-bw"], "unrecognized subcommand"),
+        (&["ping", "-s", "0"], "at least 1 byte"),
+        (&["ping", "-m", "100"], "not a path MTU"),
+        (&["ping", "-g", "3"], "GID index 3 does not exist"),
+    ];
+    for (args, msg) in cases {
+        let o = roce(args);
+        let (out, err) = text(&o);
+        assert!(!o.status.success(), "{args:?} succeeded:\n{out}");
+        assert!(err.contains(msg), "{args:?}: expected {msg:?} in:\n{err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn unreachable_server_fails_after_the_timeout() {
+    let port = free_tcp_port().to_string();
+    for cmd in [&["perf", "write-bw"][..], &["ping"][..]] {
+        let mut a = cmd.to_vec();
+        a.extend_from_slice(&["127.0.0.1", "-p", &port, "--timeout", "1", "--udp-port", "0"]);
+        let t = std::time::Instant::now();
+        let o = roce(&a);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{a:?}: {err}");
+        assert!(err.contains("cannot reach the server at 127.0.0.1:"), "{a:?}: {err}");
+        assert!(t.elapsed() < Duration::from_secs(10), "{a:?}");
+    }
+    // A busy UDP port is reported before anybody connects.
+    let taken = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let o = roce(&["perf", "write-bw", "--bind", "127.0.0.1", "--udp-port", &port, "-p", "0"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("UDP port is taken"), "{err}");
+}
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+fn oracle() -> Option<PathBuf> {
+    let path = std::env::var_os("ROCE_PCAP_CHECK").map(PathBuf::from).unwrap_or_else(|| {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/roce-pcap-check")
+    });
+    let python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    if path.is_file() && python {
+        return Some(path);
+    }
+    let why = format!("the oracle {} (and python3) is needed", path.display());
+    assert!(!in_ci(), "CI is set but {why}");
+    eprintln!("skipping the pcap oracle check: {why}");
+    None
+}
+
+/// A loopback run's capture passes `roce-pcap-check`. The server device
+/// listens on 4791 (the oracle judges packets to that port), on an address
+/// of its own so parallel runs do not collide.
+#[test]
+fn loopback_capture_passes_the_oracle() {
+    let Some(check) = oracle() else { return };
+    let dir = std::env::temp_dir().join(format!("roce-perf-pcap-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ip = format!("127.{}.{}.{}", 100 + std::process::id() % 100, std::process::id() / 100 % 250 + 1, 9);
+    for (t, extra) in [
+        ("write-bw", &["-s", "10000"][..]),
+        ("atomic-bw", &["-A", "CMP_AND_SWAP"][..]),
+        ("read-lat", &["-s", "3000"][..]),
+    ] {
+        let pcap = dir.join(format!("{t}.pcap"));
+        let p = pcap.to_str().unwrap();
+        let mut a = vec![
+            "perf",
+            t,
+            "--loopback",
+            "--bind",
+            &ip,
+            "--udp-port",
+            "4791",
+            "-m",
+            "1024",
+            "-n",
+            "20",
+            "--pcap",
+            p,
+        ];
+        a.extend_from_slice(extra);
+        assert_ok(&roce(&a), &a.join(" "));
+        let o =
+            Command::new("python3").arg(&check).args(["--summary", "--pmtu", "1024", p]).output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{t}: roce-pcap-check failed:\n{out}\n{err}");
+        assert!(out.contains("0 failed"), "{t}: {out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
