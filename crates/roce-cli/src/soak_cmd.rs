@@ -194,6 +194,9 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         s.failed,
         s.wall.as_secs_f64()
     );
+    for (seed, why) in &s.exhausted {
+        let _ = writeln!(out, "  seed {seed}: legitimate retry exhaustion, not counted as a failure: {why}");
+    }
     let _ = writeln!(
         out,
         "  passing runs: {} send WRs, {} completions, {} packets ({} lost, {} corrupted, {} duplicated), \

@@ -18,6 +18,7 @@
 
 pub mod check;
 pub mod driver;
+pub mod exhaustion;
 pub mod net;
 pub mod rng;
 pub mod run;

@@ -60,12 +60,26 @@ pub struct Summary {
     pub seeds: u64,
     pub passed: u64,
     pub failed: u64,
+    /// Runs whose only fault is a legitimate retry exhaustion (see
+    /// `exhaustion`): not failures, and not counted as passed either.
+    pub exhausted: Vec<(u64, String)>,
     /// The first failures (up to `keep_failures`), in seed order.
     pub failures: Vec<Failure>,
     /// Seeds of every failure.
     pub failed_seeds: Vec<u64>,
     pub totals: Totals,
     pub wall: std::time::Duration,
+}
+
+/// Records a legitimate retry exhaustion of `seed`, if that is what it is.
+fn explained(seed: u64, cfg: &Config, s: &mut Summary) -> bool {
+    match crate::exhaustion::explain(seed, cfg) {
+        Some(why) => {
+            s.exhausted.push((seed, why));
+            true
+        }
+        None => false,
+    }
 }
 
 /// Runs seeds `start..start + count`, calling `progress` after each.
@@ -81,6 +95,7 @@ pub fn soak(
         seeds: 0,
         passed: 0,
         failed: 0,
+        exhausted: Vec::new(),
         failures: Vec::new(),
         failed_seeds: Vec::new(),
         totals: Totals::default(),
@@ -93,6 +108,7 @@ pub fn soak(
                 s.passed += 1;
                 s.totals.add(&r);
             }
+            Err(f) if f.to_string().contains("RetryExcErr") && explained(seed, cfg, &mut s) => {}
             Err(f) => {
                 s.failed += 1;
                 s.failed_seeds.push(seed);

@@ -152,3 +152,17 @@ fn responses_to_requests_sent_before_a_rewind_are_accepted() {
         [(1, WcStatus::Success, WcOpcode::RdmaWrite), (2, WcStatus::RemAccessErr, WcOpcode::RdmaWrite)];
     assert_eq!(outcome(&mut p, 0), want, "trace:\n{}", p.trace_text());
 }
+
+/// A RETRY_EXC_ERR is legitimate when the stuck request went out
+/// retry_cnt + 1 times and no response got through: seed 26085 (one in
+/// 200,000) loses or corrupts every copy of a SEND or its ACK eight times in
+/// a row. The soak counts it apart, and only after the trace proves it.
+#[test]
+fn legitimate_retry_exhaustion_is_told_apart() {
+    let cfg = roce_sim::Config::default();
+    assert!(roce_sim::run_seed(26085, &cfg).is_err());
+    let why = roce_sim::exhaustion::explain(26085, &cfg).expect("a legitimate exhaustion");
+    assert!(why.contains("sent 8 times") && why.contains("no response got through"), "{why}");
+    // A run without RETRY_EXC_ERR has nothing to explain.
+    assert!(roce_sim::exhaustion::explain(0, &cfg).is_none());
+}
