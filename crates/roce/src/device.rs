@@ -24,7 +24,11 @@ pub struct DeviceConfig {
     /// Address and UDP port to bind; the IP is the device's GID. Port 4791
     /// is RoCEv2's; other ports let several devices share a host.
     pub bind: SocketAddr,
-    /// Spin instead of sleeping between packets (lowest latency, one core).
+    /// Busy-poll mode: the application's threads receive, by calling
+    /// `Cq::poll`, `Cq::wait` or `Device::progress` in their loops, and what
+    /// a receive produces (ACKs) leaves with the next post or call; the
+    /// driver thread only keeps the timers. An application that stops
+    /// calling them for long makes its peers time out. Lowest latency.
     pub busy_poll: bool,
     /// Write every packet sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
@@ -55,7 +59,12 @@ impl Drop for DeviceInner {
         if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = t.join();
         }
-        if let Some(c) = self.shared.lock().capture.take() {
+        // Send what busy-poll progress left for the next call (the ACK of
+        // the last message received, typically), so the peer completes.
+        let mut core = self.shared.lock();
+        let now = self.shared.now();
+        let _ = core.flush(now);
+        if let Some(c) = core.capture.take() {
             let _ = c.writer.finish();
         }
     }
