@@ -65,6 +65,17 @@ fn every_test_runs_over_loopback() {
     }
 }
 
+/// A thousand QPs on one device: the bandwidth test runs without error and
+/// verifies its data.
+#[test]
+fn a_thousand_qps() {
+    let o =
+        roce(&["perf", "write-bw", "-q", "1000", "-s", "4096", "-n", "5", "--loopback", "--udp-port", "0"]);
+    let out = assert_ok(&o, "write-bw -q 1000");
+    assert_table(&out, "write-bw -q 1000", true, 4096);
+    assert!(out.contains("Number of qps   : 1000"), "{out}");
+}
+
 #[test]
 fn variants_run_over_loopback() {
     let runs: &[(&[&str], bool, u64)] = &[
