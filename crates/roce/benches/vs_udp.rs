@@ -29,8 +29,8 @@ fn secs() -> f64 {
 }
 
 fn raw_udp_throughput() -> f64 {
-    let rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let tx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut tx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dst = rx.local_addr();
     let stop = Arc::new(AtomicBool::new(false));
     let bytes = Arc::new(AtomicU64::new(0));
@@ -140,8 +140,8 @@ fn roce_write_bw() -> f64 {
 }
 
 fn raw_udp_latency(iters: usize) -> f64 {
-    let a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-    let b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let (aa, ba) = (a.local_addr(), b.local_addr());
     let echo = std::thread::spawn(move || {
         let mut bufs = vec![vec![0u8; 2048]; 1];

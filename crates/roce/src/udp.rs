@@ -9,10 +9,10 @@
 //! # Safety argument
 //!
 //! This module is the crate's only `unsafe`: memory handed to the kernel in
-//! `sendmmsg`/`recvmmsg`. Every `msghdr` points at buffers that live on this
-//! function's stack frame or in the caller's slices for the whole call
-//! (`iovec`, `sockaddr_storage`, control buffers), with lengths taken from
-//! those same buffers; the kernel writes at most `msg_namelen`,
+//! `sendmmsg`/`recvmmsg`. Every `msghdr` points at buffers that live in the
+//! socket's `Scratch` (allocated once, never resized, borrowed mutably for
+//! the whole call) or in the caller's slices (`iovec`, `sockaddr_storage`,
+//! control buffers), with lengths taken from those same buffers; the kernel writes at most `msg_namelen`,
 //! `msg_controllen` and `iov_len` bytes into them. Control messages are
 //! built and read only through the `CMSG_*` macros of libc over buffers
 //! aligned for `cmsghdr` (a `u64` array) and sized with `CMSG_SPACE`. The
@@ -20,7 +20,7 @@
 //! `ss_family` and the length the kernel reported.
 
 use std::io;
-use std::mem::{size_of, zeroed, MaybeUninit};
+use std::mem::{size_of, zeroed};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -64,8 +64,37 @@ pub struct RxMeta {
     pub stride: usize,
 }
 
+/// The message headers, addresses and control buffers of one batch, kept
+/// from call to call so a call initialises only the entries it uses (the
+/// latency path sends and polls one datagram at a time).
+struct Scratch {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+    names: Vec<libc::sockaddr_storage>,
+    ctrl: Vec<[u64; CMSG_BUF_WORDS]>,
+}
+
+// SAFETY: the raw pointers inside the headers are written at the start of
+// each call and only used during it; between calls they are dead values.
+unsafe impl Send for Scratch {}
+
+impl Scratch {
+    fn new() -> Scratch {
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        unsafe {
+            Scratch {
+                hdrs: vec![zeroed(); BATCH],
+                iovs: vec![zeroed(); BATCH],
+                names: vec![zeroed(); BATCH],
+                ctrl: vec![[0u64; CMSG_BUF_WORDS]; BATCH],
+            }
+        }
+    }
+}
+
 /// A non-blocking UDP socket with batched, metadata-carrying I/O.
 pub struct UdpIo {
+    scratch: Scratch,
     sock: Socket,
     v6: bool,
     gso: bool,
@@ -120,7 +149,7 @@ impl UdpIo {
         let gso = setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 1500).is_ok()
             && setsockopt_int(fd, SOL_UDP, UDP_SEGMENT, 0).is_ok();
         let local = sock.local_addr()?.as_socket().ok_or_else(|| io::Error::other("not an IP socket"))?;
-        Ok(UdpIo { sock, v6, gso, gro, local })
+        Ok(UdpIo { scratch: Scratch::new(), sock, v6, gso, gro, local })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -138,18 +167,15 @@ impl UdpIo {
 
     /// Sends up to `BATCH` messages with one `sendmmsg`. Returns how many
     /// were taken by the kernel (0 when the socket buffer is full).
-    pub fn send(&self, msgs: &[TxMsg<'_>]) -> io::Result<usize> {
+    pub fn send(&mut self, msgs: &[TxMsg<'_>]) -> io::Result<usize> {
         let n = msgs.len().min(BATCH);
         if n == 0 {
             return Ok(0);
         }
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { zeroed() };
-        let mut ctrl = [[0u64; CMSG_BUF_WORDS]; BATCH];
+        let Scratch { hdrs, iovs, names, ctrl } = &mut self.scratch;
         for i in 0..n {
             let m = &msgs[i];
+            ctrl[i] = [0u64; CMSG_BUF_WORDS];
             iovs[i] = libc::iovec { iov_base: m.data.as_ptr() as *mut _, iov_len: m.data.len() };
             let namelen = write_sockaddr(&mut names[i], m.dst);
             let h = &mut hdrs[i].msg_hdr;
@@ -200,20 +226,16 @@ impl UdpIo {
 
     /// Receives up to `bufs.len()` (at most `BATCH`) buffers with one
     /// `recvmmsg`. Returns how many were filled (0 when nothing is waiting).
-    pub fn recv(&self, bufs: &mut [Vec<u8>], metas: &mut [RxMeta]) -> io::Result<usize> {
+    pub fn recv(&mut self, bufs: &mut [Vec<u8>], metas: &mut [RxMeta]) -> io::Result<usize> {
         let n = bufs.len().min(metas.len()).min(BATCH);
         if n == 0 {
             return Ok(0);
         }
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { zeroed() };
-        let mut iovs: [libc::iovec; BATCH] = unsafe { zeroed() };
-        let mut names: [MaybeUninit<libc::sockaddr_storage>; BATCH] = [MaybeUninit::zeroed(); BATCH];
-        let mut ctrl = [[0u64; CMSG_BUF_WORDS]; BATCH];
+        let Scratch { hdrs, iovs, names, ctrl } = &mut self.scratch;
         for i in 0..n {
             iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
             let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = names[i].as_mut_ptr().cast();
+            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
             h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
@@ -241,8 +263,8 @@ impl UdpIo {
         for i in 0..got {
             let h = &hdrs[i].msg_hdr;
             let len = hdrs[i].msg_len as usize;
-            // SAFETY: the kernel filled names[i] (zeroed before) up to msg_namelen.
-            let src = unsafe { read_sockaddr(names[i].assume_init_ref(), h.msg_namelen) }
+            // SAFETY: the kernel filled names[i] up to msg_namelen.
+            let src = unsafe { read_sockaddr(&names[i], h.msg_namelen) }
                 .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
             let mut meta = RxMeta { src, dst_ip: None, tos: 0, len, stride: len };
             // SAFETY: walking the control buffer the kernel filled, with the
@@ -335,8 +357,8 @@ mod tests {
     #[test]
     fn loopback_batch_with_tos_and_gso() {
         for any in ["127.0.0.1:0", "[::1]:0"] {
-            let a = UdpIo::bind(any.parse().unwrap()).unwrap();
-            let b = UdpIo::bind(any.parse().unwrap()).unwrap();
+            let mut a = UdpIo::bind(any.parse().unwrap()).unwrap();
+            let mut b = UdpIo::bind(any.parse().unwrap()).unwrap();
             let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
             let msgs = [
                 TxMsg { dst: b.local_addr(), tos: 0x0a, data: &payload[..100], segment: None },
