@@ -57,6 +57,8 @@ pub(crate) struct Shared {
 }
 
 pub(crate) const WAKER: mio::Token = mio::Token(1);
+/// In busy-poll mode the driver thread runs due timers at least this often.
+const BUSY_POLL_TICK: StdDuration = StdDuration::from_millis(1);
 pub(crate) const SOCKET: mio::Token = mio::Token(0);
 
 impl Shared {
@@ -73,6 +75,13 @@ impl Shared {
     pub fn kick(&self, core: &mut Core) {
         let now = self.now();
         let _ = core.flush(now);
+        // In busy-poll mode the application's own progress calls run the
+        // timers, and the driver thread looks in at least every millisecond;
+        // waking it on every post would cost a syscall and a context switch
+        // on the latency path.
+        if self.busy_poll {
+            return;
+        }
         if let Some(t) = core.engine.poll_timeout() {
             if t.as_nanos() < self.driver_deadline.load(Ordering::Acquire) {
                 let _ = self.waker.wake();
@@ -286,7 +295,12 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             }
             let next = core.engine.poll_timeout();
             shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
-            next.map(|t| StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())))
+            let wait = next.map(|t| StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
+            if shared.busy_poll {
+                Some(wait.map_or(BUSY_POLL_TICK, |w| w.min(BUSY_POLL_TICK)))
+            } else {
+                wait
+            }
         };
         let _ = poll.poll(&mut events, timeout);
     }
