@@ -483,6 +483,10 @@ impl Engine {
         self.qps.get(&qpn).map(|q| q.state)
     }
 
+    pub fn qp_type(&self, qpn: u32) -> Option<QpType> {
+        self.qps.get(&qpn).map(|q| q.init.qp_type)
+    }
+
     /// `ibv_modify_qp`: checks the transition and the attribute mask against
     /// the table of ibv_modify_qp(3), validates values, applies them.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {

@@ -12,12 +12,14 @@ mod qp;
 mod requester;
 mod responder;
 
+pub mod connect;
 pub mod counters;
 pub mod engine;
 pub mod mem;
 pub mod time;
 pub mod verbs;
 
+pub use connect::ConnectAttr;
 pub use counters::Counters;
 pub use engine::{DatagramMeta, Engine, EngineConfig, Transmit};
 pub use mem::MemBuf;

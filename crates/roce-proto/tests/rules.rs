@@ -536,48 +536,14 @@ fn srq_shared_by_two_qps() {
     }
     for [qa, qb] in &conns {
         for (s, q, o) in [(A, *qa, *qb), (B, *qb, *qa)] {
-            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-            p.e[s]
-                .modify_qp(
-                    q,
-                    &a,
-                    AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-                )
-                .unwrap();
-            a.qp_state = QpState::Rtr;
-            a.av = AddressVector::new(p.ip[1 - s]);
-            a.dest_qp_num = o;
-            a.max_dest_rd_atomic = 1;
-            p.e[s]
-                .modify_qp(
-                    q,
-                    &a,
-                    AttrMask::STATE
-                        | AttrMask::AV
-                        | AttrMask::PATH_MTU
-                        | AttrMask::DEST_QPN
-                        | AttrMask::RQ_PSN
-                        | AttrMask::MAX_DEST_RD_ATOMIC
-                        | AttrMask::MIN_RNR_TIMER,
-                )
-                .unwrap();
-            a.qp_state = QpState::Rts;
-            a.timeout = 10;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = 1;
-            p.e[s]
-                .modify_qp(
-                    q,
-                    &a,
-                    AttrMask::STATE
-                        | AttrMask::SQ_PSN
-                        | AttrMask::TIMEOUT
-                        | AttrMask::RETRY_CNT
-                        | AttrMask::RNR_RETRY
-                        | AttrMask::MAX_QP_RD_ATOMIC,
-                )
-                .unwrap();
+            let av = AddressVector::new(p.ip[1 - s]);
+            let c = ConnectAttr {
+                max_dest_rd_atomic: 1,
+                max_rd_atomic: 1,
+                timeout: 10,
+                ..ConnectAttr::new(av, o, Psn::ZERO, Psn::ZERO)
+            };
+            p.e[s].connect_qp(q, &c).unwrap();
         }
     }
     let src = p.region(A, 4096, 0x1000, Access::ALL);

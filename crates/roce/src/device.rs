@@ -529,10 +529,7 @@ impl Qp {
             return Err(Error::Config("UD QPs are not connected: use ready_ud".into()));
         }
         let dscp = opts.dscp.unwrap_or(self.dev().inner.dscp);
-        let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: opts.access, ..QpAttr::default() };
-        self.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
-        a.qp_state = QpState::Rtr;
-        a.av = AddressVector {
+        let av = AddressVector {
             dgid: remote.gid,
             sgid_index: 0,
             traffic_class: dscp << 2,
@@ -540,32 +537,18 @@ impl Qp {
             flow_label: 0,
             udp_port: Some(remote.port),
         };
-        a.path_mtu = opts.mtu;
-        a.dest_qp_num = remote.qpn;
-        a.rq_psn = remote.psn;
-        a.max_dest_rd_atomic = opts.max_dest_rd_atomic;
-        a.min_rnr_timer = opts.min_rnr_timer;
-        let mut m =
-            AttrMask::STATE | AttrMask::AV | AttrMask::PATH_MTU | AttrMask::DEST_QPN | AttrMask::RQ_PSN;
-        if self.qp_type == QpType::Rc {
-            m = m | AttrMask::MAX_DEST_RD_ATOMIC | AttrMask::MIN_RNR_TIMER;
-        }
-        self.modify(&a, m)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = local_psn;
-        a.timeout = opts.timeout;
-        a.retry_cnt = opts.retry_cnt;
-        a.rnr_retry = opts.rnr_retry;
-        a.max_rd_atomic = opts.max_rd_atomic;
-        let mut m = AttrMask::STATE | AttrMask::SQ_PSN;
-        if self.qp_type == QpType::Rc {
-            m = m
-                | AttrMask::TIMEOUT
-                | AttrMask::RETRY_CNT
-                | AttrMask::RNR_RETRY
-                | AttrMask::MAX_QP_RD_ATOMIC;
-        }
-        self.modify(&a, m)
+        let c = ConnectAttr {
+            access: opts.access,
+            mtu: opts.mtu,
+            max_dest_rd_atomic: opts.max_dest_rd_atomic,
+            min_rnr_timer: opts.min_rnr_timer,
+            timeout: opts.timeout,
+            retry_cnt: opts.retry_cnt,
+            rnr_retry: opts.rnr_retry,
+            max_rd_atomic: opts.max_rd_atomic,
+            ..ConnectAttr::new(av, remote.qpn, remote.psn, local_psn)
+        };
+        self.dev().with(|e| e.connect_qp(self.qpn, &c))
     }
 
     /// UD: RESET -> INIT -> RTR -> RTS with the given Q_Key.

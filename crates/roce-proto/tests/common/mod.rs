@@ -66,60 +66,23 @@ impl Pair {
     }
 
     /// Creates and connects an RC QP pair with the given attributes.
-    pub fn connect(&mut self, mtu: PathMtu, psn: [u32; 2], tune: impl Fn(&mut QpAttr)) -> Conn {
+    pub fn connect(&mut self, mtu: PathMtu, psn: [u32; 2], tune: impl Fn(&mut ConnectAttr)) -> Conn {
         let qpn = [
             self.e[0].create_qp(self.qp_init(0, QpType::Rc)).unwrap(),
             self.e[1].create_qp(self.qp_init(1, QpType::Rc)).unwrap(),
         ];
         for s in 0..2 {
             let o = 1 - s;
-            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-            self.e[s]
-                .modify_qp(
-                    qpn[s],
-                    &a,
-                    AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-                )
-                .unwrap();
-            a.qp_state = QpState::Rtr;
-            a.av = AddressVector::new(self.ip[o]);
-            a.path_mtu = mtu;
-            a.dest_qp_num = qpn[o];
-            a.rq_psn = Psn::new(psn[o]);
-            a.max_dest_rd_atomic = 4;
-            a.min_rnr_timer = 1;
-            a.timeout = 10;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = 4;
-            a.sq_psn = Psn::new(psn[s]);
-            tune(&mut a);
-            self.e[s]
-                .modify_qp(
-                    qpn[s],
-                    &a,
-                    AttrMask::STATE
-                        | AttrMask::AV
-                        | AttrMask::PATH_MTU
-                        | AttrMask::DEST_QPN
-                        | AttrMask::RQ_PSN
-                        | AttrMask::MAX_DEST_RD_ATOMIC
-                        | AttrMask::MIN_RNR_TIMER,
-                )
-                .unwrap();
-            a.qp_state = QpState::Rts;
-            self.e[s]
-                .modify_qp(
-                    qpn[s],
-                    &a,
-                    AttrMask::STATE
-                        | AttrMask::SQ_PSN
-                        | AttrMask::TIMEOUT
-                        | AttrMask::RETRY_CNT
-                        | AttrMask::RNR_RETRY
-                        | AttrMask::MAX_QP_RD_ATOMIC,
-                )
-                .unwrap();
+            let mut c = ConnectAttr {
+                mtu,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+                timeout: 10,
+                max_rd_atomic: 4,
+                ..ConnectAttr::new(AddressVector::new(self.ip[o]), qpn[o], Psn::new(psn[o]), Psn::new(psn[s]))
+            };
+            tune(&mut c);
+            self.e[s].connect_qp(qpn[s], &c).unwrap();
         }
         Conn { qpn }
     }

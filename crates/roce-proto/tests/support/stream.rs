@@ -101,49 +101,15 @@ impl Stream {
         });
         for s in 0..2 {
             let o = 1 - s;
-            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-            e[s].modify_qp(
-                qpn[s],
-                &a,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )
-            .unwrap();
-            a.qp_state = QpState::Rtr;
-            a.av = AddressVector::new(ip[o]);
-            a.path_mtu = mtu;
-            a.dest_qp_num = qpn[o];
-            a.rq_psn = Psn::new(1000 * o as u32 + 7);
-            a.max_dest_rd_atomic = 4;
-            a.min_rnr_timer = 1;
-            e[s].modify_qp(
-                qpn[s],
-                &a,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .unwrap();
-            a.qp_state = QpState::Rts;
-            a.sq_psn = Psn::new(1000 * s as u32 + 7);
-            a.timeout = 14;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = 4;
-            e[s].modify_qp(
-                qpn[s],
-                &a,
-                AttrMask::STATE
-                    | AttrMask::SQ_PSN
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .unwrap();
+            let (rq, sq) = (Psn::new(1000 * o as u32 + 7), Psn::new(1000 * s as u32 + 7));
+            let c = ConnectAttr {
+                mtu,
+                max_dest_rd_atomic: 4,
+                min_rnr_timer: 1,
+                max_rd_atomic: 4,
+                ..ConnectAttr::new(AddressVector::new(ip[o]), qpn[o], rq, sq)
+            };
+            e[s].connect_qp(qpn[s], &c).unwrap();
         }
         let region = |e: &mut Engine, pd: PdId, iova: u64| {
             let buf = MemBuf::new(len as usize);

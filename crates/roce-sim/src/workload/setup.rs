@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use roce_proto::{
-    Access, AddressVector, AttrMask as M, CqId, Engine, EngineConfig, MemBuf, MrKeys, MrSpec, PdId, QpAttr,
-    QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
+    Access, AddressVector, AttrMask as M, ConnectAttr, CqId, Engine, EngineConfig, MemBuf, MrKeys, MrSpec,
+    PdId, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
 };
 
 use roce_wire::Psn;
@@ -136,37 +136,25 @@ fn connect(
         a.sq_psn = Psn::new(0);
         return e.modify_qp(qpn, &a, M::STATE | M::SQ_PSN);
     };
-    a.qp_access_flags = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    e.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;
-    a.qp_state = QpState::Rtr;
-    a.av = AddressVector {
+    let av = AddressVector {
         sgid_index: c.sgid_index,
         traffic_class: c.traffic_class,
         hop_limit: c.hop_limit,
         flow_label: c.flow_label,
         ..AddressVector::new(c.dgid)
     };
-    a.path_mtu = c.mtu;
-    a.dest_qp_num = qpns[c.peer];
-    a.rq_psn = Psn::new(psns[c.peer]);
-    a.max_dest_rd_atomic = c.max_dest_rd_atomic;
-    a.min_rnr_timer = c.min_rnr_timer;
-    e.modify_qp(
-        qpn,
-        &a,
-        M::STATE | M::AV | M::PATH_MTU | M::DEST_QPN | M::RQ_PSN | M::MAX_DEST_RD_ATOMIC | M::MIN_RNR_TIMER,
-    )?;
-    a.qp_state = QpState::Rts;
-    a.sq_psn = Psn::new(psns[i]);
-    a.timeout = c.timeout;
-    a.retry_cnt = c.retry_cnt;
-    a.rnr_retry = c.rnr_retry;
-    a.max_rd_atomic = c.max_rd_atomic;
-    e.modify_qp(
-        qpn,
-        &a,
-        M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC,
-    )
+    let attr = ConnectAttr {
+        access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        mtu: c.mtu,
+        max_dest_rd_atomic: c.max_dest_rd_atomic,
+        min_rnr_timer: c.min_rnr_timer,
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
+        max_rd_atomic: c.max_rd_atomic,
+        ..ConnectAttr::new(av, qpns[c.peer], Psn::new(psns[c.peer]), Psn::new(psns[i]))
+    };
+    e.connect_qp(qpn, &attr)
 }
 
 impl Live {
