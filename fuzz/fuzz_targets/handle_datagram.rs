@@ -54,7 +54,7 @@ use std::sync::Arc;
 use libfuzzer_sys::arbitrary::{Result as UResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
 use roce_proto::*;
-use roce_wire::icrc::{self, NetHeader, ICRC_LEN};
+use roce_wire::icrc::{self, ICRC_LEN};
 use roce_wire::{Psn, RocePacketRepr, Transport};
 
 const A: usize = 0;
@@ -81,48 +81,11 @@ fn ip(side: usize) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1 + side as u8))
 }
 
-/// The IP and UDP headers the ICRC covers, exactly as the engine rebuilds
-/// them from a `DatagramMeta` (`ip_udp_header` in engine.rs): IPv4, ID from
-/// the meta (0 if unknown), DF, protocol UDP.
-fn ip_udp_header(meta: &DatagramMeta, transport_len: usize) -> Option<([u8; 48], usize, NetHeader)> {
-    let mut h = [0u8; 48];
-    let udp_len = 8 + transport_len;
-    let (ip_len, net) = match (meta.src, meta.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let total = u16::try_from(20 + udp_len).ok()?;
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].copy_from_slice(&meta.ipv4_id.unwrap_or(0).to_be_bytes());
-            h[6] = 0x40;
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            (20, NetHeader::Ipv4)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let plen = u16::try_from(udp_len).ok()?;
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&plen.to_be_bytes());
-            h[6] = 17;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-            (40, NetHeader::Ipv6)
-        }
-        _ => return None,
-    };
-    let u = &mut h[ip_len..ip_len + 8];
-    u[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    Some((h, ip_len + 8, net))
-}
-
 fn icrc_for(meta: &DatagramMeta, bytes: &[u8]) -> Option<u32> {
     if bytes.len() < ICRC_LEN {
         return None;
     }
-    let (hdr, hlen, net) = ip_udp_header(meta, bytes.len())?;
-    Some(icrc::compute_split(&hdr[..hlen], &bytes[..bytes.len() - ICRC_LEN], net))
+    roce_proto::engine::datagram_icrc(meta, &bytes[..bytes.len() - ICRC_LEN])
 }
 
 /// Overwrites the last four bytes with the ICRC the engine expects.

@@ -649,12 +649,12 @@ impl Engine {
             c.malformed_dropped += 1;
             return;
         }
-        let Some((hdr, hlen, net)) = ip_udp_header(meta, bytes.len()) else {
+        let (body, crc) = bytes.split_at(bytes.len() - icrc::ICRC_LEN);
+        let Some(want) = datagram_icrc(meta, body) else {
             c.malformed_dropped += 1;
             return;
         };
-        let (body, crc) = bytes.split_at(bytes.len() - icrc::ICRC_LEN);
-        if icrc::compute_split(&hdr[..hlen], body, net).to_le_bytes() != crc {
+        if want.to_le_bytes() != crc {
             c.icrc_errors += 1;
             return;
         }
@@ -818,8 +818,7 @@ fn finish(cfg: &EngineConfig, qp: &Qp, buf: &mut [u8], len: usize) -> Transmit {
         ecn,
         ipv4_id: Some(0),
     };
-    if let Some((hdr, hlen, net)) = ip_udp_header(&meta, len) {
-        let crc = icrc::compute_split(&hdr[..hlen], &buf[..len - icrc::ICRC_LEN], net);
+    if let Some(crc) = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN]) {
         buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
     }
     Transmit { meta, traffic_class: (tclass & !3) | ecn, hop_limit: hop, flow_label: flow, len, qpn: qp.qpn }
@@ -842,6 +841,15 @@ fn reset_qp(qp: &mut Qp) {
     *qp = Qp::new(qpn, init, sport);
     qp.scheduled = scheduled;
     qp.timer_key = timer_key;
+}
+
+/// The ICRC of a RoCEv2 datagram with this metadata: over the IP and UDP
+/// headers it travels in, rebuilt from `meta` (see the module docs), and
+/// `body` (BTH through pad). `None` if the addresses mix IPv4 and IPv6 or
+/// the datagram is too long for IP.
+pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
+    let (hdr, hlen, net) = ip_udp_header(meta, body.len() + icrc::ICRC_LEN)?;
+    Some(icrc::compute_split(&hdr[..hlen], body, net))
 }
 
 /// The IP and UDP headers a datagram travels in, as the ICRC sees them.
