@@ -732,6 +732,12 @@ impl Engine {
         None
     }
 
+    /// True when some QP may have a packet to send (`poll_transmit` may
+    /// still find it has none): lets a driver skip an idle flush.
+    pub fn has_transmit(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The earliest time `handle_timeout` wants to be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.timers.first().map(|&(t, _)| t)

@@ -22,6 +22,8 @@ use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 const SLOT: usize = 65536;
 /// Largest RoCE datagram the engine produces (4096 payload + headers).
 const MAX_PKT: usize = 4096 + 128;
+/// Buffers of the first receive call of a progress pass.
+const SMALL_BATCH: usize = 4;
 /// Segments per GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or 128).
 const MAX_SEGS: usize = 64;
 
@@ -142,8 +144,11 @@ impl Core {
     fn receive(&mut self, now: Instant) -> io::Result<bool> {
         let mut activity = false;
         let local = self.io.local_addr();
+        // A first small batch keeps an idle poll (the busy-poll loop) cheap;
+        // full batches follow while the socket has more.
+        let mut want = SMALL_BATCH;
         loop {
-            let n = self.io.recv(&mut self.rx_bufs, &mut self.rx_meta)?;
+            let n = self.io.recv(&mut self.rx_bufs[..want], &mut self.rx_meta[..want])?;
             for i in 0..n {
                 let m = self.rx_meta[i];
                 let meta = DatagramMeta {
@@ -163,9 +168,10 @@ impl Core {
                 }
             }
             activity |= n > 0;
-            if n < BATCH {
+            if n < want {
                 break;
             }
+            want = BATCH;
         }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -185,6 +191,9 @@ impl Core {
             seg: usize,
             used: usize,
             open: bool,
+        }
+        if !self.engine.has_transmit() {
+            return Ok(());
         }
         let gso = self.io.gso();
         let empty = Slot { dst: self.io.local_addr(), tos: 0, seg: 0, used: 0, open: false };
