@@ -642,3 +642,51 @@ fn remote_range_overflow_is_refused() {
         Err(VerbsError::Invalid(_))
     ));
 }
+
+/// UC (IBTA §9.8): no ACKs, completion once sent; a lost packet drops the
+/// rest of its message at the responder, which resumes at the next First or
+/// Only packet.
+#[test]
+fn uc_write_and_send_and_a_lost_packet() {
+    let mut p = Pair::new(31);
+    let qpn = [
+        p.e[A].create_qp(p.qp_init(A, QpType::Uc)).unwrap(),
+        p.e[B].create_qp(p.qp_init(B, QpType::Uc)).unwrap(),
+    ];
+    for s in [A, B] {
+        let c = ConnectAttr {
+            mtu: PathMtu::Mtu256,
+            ..ConnectAttr::new(AddressVector::new(p.ip[1 - s]), qpn[1 - s], Psn::new(50), Psn::new(50))
+        };
+        p.e[s].connect_qp(qpn[s], &c).unwrap();
+    }
+    let src = p.region(A, 8192, 0x1000, Access::ALL);
+    let dst = p.region(B, 8192, 0x9000, Access::ALL);
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 5) as u8).collect();
+    src.buf.write(0, &data).unwrap();
+    // READ is not a UC operation.
+    let read = SendOp::Read { remote_addr: dst.keys.addr, rkey: dst.keys.rkey };
+    assert!(matches!(p.e[A].post_send(qpn[0], SendWr::new(9, read, vec![])), Err(VerbsError::Invalid(_))));
+    p.e[B].post_recv(qpn[1], RecvWr { wr_id: 70, sg_list: vec![sge(&dst, 4096, 1000)] }).unwrap();
+    p.e[A].post_send(qpn[0], write(1, &dst, 0, &src, 0, 1000)).unwrap(); // 4 packets, the 2nd lost
+    p.e[A].post_send(qpn[0], write(2, &dst, 2000, &src, 1000, 500)).unwrap();
+    p.e[A].post_send(qpn[0], SendWr::new(3, SendOp::Send, vec![sge(&src, 2000, 700)])).unwrap();
+    let mut n = 0;
+    p.run_with(
+        |from, _| {
+            n += 1;
+            !(from == A && n == 2)
+        },
+        1000,
+    );
+    // The requester completes every WR once sent; nothing is acknowledged.
+    assert_eq!(statuses(&p.poll(A)), (1..=3).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
+    assert!(p.trace.iter().all(|(f, _)| *f == A), "UC responders send nothing");
+    let got = dst.buf.to_vec();
+    assert_eq!(&got[..256], &data[..256], "the first packet of the broken WRITE landed");
+    assert_eq!(&got[256..1000], &vec![0u8; 744][..], "the rest of the broken WRITE was dropped");
+    assert_eq!(&got[2000..2500], &data[1000..1500], "the next WRITE landed whole");
+    let wb = p.poll(B);
+    assert_eq!(wb.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), vec![(70, 700)]);
+    assert_eq!(&got[4096..4796], &data[2000..2700]);
+}
