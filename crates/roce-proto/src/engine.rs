@@ -25,7 +25,7 @@ use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::mr::{sge_total, Mr, MrTable};
-use crate::qp::{self, Qp, RecvWqe, SendWqe};
+use crate::qp::{self, InlineData, Qp, RecvWqe, SendWqe};
 use crate::time::Instant;
 use crate::verbs::*;
 use crate::{completer, requester, responder};
@@ -588,10 +588,10 @@ impl Engine {
             if length > u64::from(qp.init.cap.max_inline_data) {
                 return Err(VerbsError::Invalid("inline data larger than max_inline_data"));
             }
-            let mut data = vec![0u8; length as usize];
+            let mut data = InlineData::zeroed(length as usize);
             self.res
                 .mrs
-                .gather(&wr.sg_list, qp.init.pd, 0, &mut data)
+                .gather(&wr.sg_list, qp.init.pd, 0, data.as_mut_slice())
                 .map_err(|_| VerbsError::Access("inline data SGE not readable"))?;
             Some(data)
         } else {

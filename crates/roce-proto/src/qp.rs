@@ -15,12 +15,46 @@ use crate::verbs::{
 /// Largest max_rd_atomic / max_dest_rd_atomic the device supports.
 pub const MAX_RD_ATOMIC: u8 = 16;
 
+/// Inline data copied at post time: small payloads (the latency case) live
+/// in the WQE itself, larger ones on the heap.
+#[derive(Debug)]
+pub(crate) enum InlineData {
+    Small { buf: [u8; InlineData::SMALL], len: u8 },
+    Large(Vec<u8>),
+}
+
+impl InlineData {
+    pub const SMALL: usize = 64;
+
+    pub fn zeroed(len: usize) -> InlineData {
+        if len <= Self::SMALL {
+            InlineData::Small { buf: [0; Self::SMALL], len: len as u8 }
+        } else {
+            InlineData::Large(vec![0; len])
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            InlineData::Small { buf, len } => &mut buf[..usize::from(*len)],
+            InlineData::Large(v) => v,
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            InlineData::Small { buf, len } => &buf[..usize::from(*len)],
+            InlineData::Large(v) => v,
+        }
+    }
+}
+
 /// A posted send work request and its progress.
 #[derive(Debug)]
 pub(crate) struct SendWqe {
     pub wr: SendWr,
     /// The data of an inline send, copied at post time.
-    pub inline_data: Option<Vec<u8>>,
+    pub inline_data: Option<InlineData>,
     /// Message length in bytes.
     pub length: u64,
     pub signaled: bool,

@@ -111,14 +111,23 @@ pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, now: Instant, buf: &mut 
             _ => {}
         }
     }
-    let (solicited, ud) = (wqe.wr.solicited, wqe.wr.ud);
+    let (solicited, ud, signaled) = (wqe.wr.solicited, wqe.wr.ud, wqe.signaled);
     if t == QpType::Ud {
         let d = ud.expect("checked at post");
         let qkey = if d.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { d.remote_qkey };
         ext.deth = Some(DethRepr { qkey, src_qp: qp.qpn });
         qp.req.last_ud_dest = Some(d);
     }
-    let ack_req = t == QpType::Rc && (last || qp.req.noack_pkts + 1 >= res.cfg.ack_req_every);
+    // AckReq (IBTA 9.2.6: the requester's choice) on the last packet of a
+    // message whose completion someone waits for (signalled, READ/atomic),
+    // of a retransmission, or once the send queue is half full; and at
+    // least every `ack_req_every` packets. An unsignalled message needs no
+    // ACK of its own: a later one acknowledges it cumulatively, which saves
+    // a datagram per message on a ping-pong.
+    let retransmission = psn.is_before(qp.req.psn_hi);
+    let sq_half_full = qp.sq.len() * 2 >= qp.init.cap.max_send_wr as usize;
+    let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
+    let ack_req = t == QpType::Rc && ((last && wanted) || qp.req.noack_pkts + 1 >= res.cfg.ack_req_every);
     let dest_qp = match t {
         QpType::Ud => qp.req.last_ud_dest.map_or(0, |d| d.remote_qpn),
         _ => qp.attr.dest_qp_num,
@@ -142,7 +151,7 @@ pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, now: Instant, buf: &mut 
     let gathered = match &wqe.inline_data {
         Some(data) => {
             let o = qp.req.offset as usize;
-            dst.copy_from_slice(&data[o..o + payload_len]);
+            dst.copy_from_slice(&data.as_slice()[o..o + payload_len]);
             Ok(())
         }
         None if payload_len > 0 => res.mrs.gather(&wqe.wr.sg_list, qp.init.pd, qp.req.offset, dst),
