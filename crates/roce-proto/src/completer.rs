@@ -325,6 +325,9 @@ fn on_rnr_nak(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn, timer: u8) {
         qp.comp.rnr_retry_left -= 1;
     }
     retry_from(qp, at);
+    // The responder answered: the transport retry count measures timeouts
+    // without any response, so it starts over (RNR retries count apart).
+    qp.comp.retry_left = qp.attr.retry_cnt;
     qp.comp.rnr_until = Some(now + rnr_timer(timer));
     qp.comp.ack_deadline = None;
 }
@@ -428,6 +431,15 @@ pub(crate) fn handle_timer(qp: &mut Qp, res: &mut Res, now: Instant) {
     if qp.comp.ack_deadline.is_some_and(|t| t <= now) {
         qp.comp.ack_deadline = None;
         if !outstanding(qp) || qp.state == QpState::Err {
+            return;
+        }
+        // Unsignalled messages do not ask for an ACK (see the requester): if
+        // nothing sent since the last acknowledgement asked for one, the
+        // silence is not a loss. Resend, which asks, without spending a retry.
+        let asked = qp.req.ackreq_psn.is_some_and(|p| !p.is_before(qp.comp.psn));
+        if !asked {
+            retry_from(qp, qp.comp.psn);
+            rearm(qp, now);
             return;
         }
         if qp.comp.retry_left == 0 {

@@ -100,6 +100,8 @@ pub(crate) struct ReqState {
     pub psn_hi: Psn,
     /// Packets sent since the last one that asked for an ACK.
     pub noack_pkts: u32,
+    /// PSN of the last packet sent with AckReq.
+    pub ackreq_psn: Option<Psn>,
     /// READ/atomic WQEs sent and not yet completed.
     pub rd_atomic_outstanding: u32,
     /// UD: the destination of the packet just produced.

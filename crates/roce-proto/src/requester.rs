@@ -186,6 +186,9 @@ pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, now: Instant, buf: &mut 
         qp.req.psn_hi = qp.req.psn;
     }
     qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
+    if ack_req {
+        qp.req.ackreq_psn = Some(psn);
+    }
     if last {
         qp.req.next = seq + 1;
         qp.req.offset = 0;

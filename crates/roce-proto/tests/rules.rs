@@ -690,3 +690,24 @@ fn uc_write_and_send_and_a_lost_packet() {
     assert_eq!(wb.iter().map(|w| (w.wr_id, w.byte_len)).collect::<Vec<_>>(), vec![(70, 700)]);
     assert_eq!(&got[4096..4796], &data[2000..2700]);
 }
+
+/// An unsignalled message asks for no ACK of its own (IBTA leaves AckReq to
+/// the requester); when nothing follows it, the ACK timer solicits one by
+/// resending with AckReq, and that does not count as a transport retry.
+#[test]
+fn unsignalled_tail_is_acknowledged_without_spending_retries() {
+    let mut p = Pair::new(32);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |a| a.retry_cnt = 0);
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x9000, Access::ALL);
+    let mut wr = write(1, &dst, 0, &src, 0, 100);
+    wr.signaled = false;
+    p.e[A].post_send(c.qpn[0], wr).unwrap();
+    p.run();
+    let first = &p.trace[0].1;
+    assert_eq!(first[8] & 0x80, 0, "no AckReq on an unsignalled message");
+    assert!(p.poll(A).is_empty());
+    assert_eq!(p.e[A].sq_outstanding(c.qpn[0]), 0, "acknowledged after the solicit");
+    assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Rts), "retry_cnt 0 was not spent");
+    assert_eq!(p.e[A].counters().completer_retry_err, 0);
+}

@@ -13,9 +13,15 @@ use roce_wire::{Psn, RocePacket};
 use crate::net::trace::{Fate, TraceMode, TraceRecord};
 use crate::run::{simulate, Config};
 
-/// BTH fields of a recorded datagram: (request?, dest QP, PSN).
+/// BTH fields of a recorded datagram as it was sent (a corrupted copy is
+/// recorded as delivered; its flipped bit is flipped back): (request?, dest
+/// QP, PSN).
 fn bth(r: &TraceRecord) -> Option<(bool, u32, Psn)> {
-    let p = RocePacket::new_checked(&r.bytes[..]).ok()?;
+    let mut bytes = r.bytes.clone();
+    if let Fate::Corrupted { bit } = r.fate {
+        *bytes.get_mut(bit as usize / 8)? ^= 0x80 >> (bit % 8);
+    }
+    let p = RocePacket::new_checked(&bytes[..]).ok()?;
     Some((p.opcode_info().request, p.bth().dest_qp(), p.bth().psn()))
 }
 

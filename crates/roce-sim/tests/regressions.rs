@@ -79,12 +79,13 @@ fn stale_sequence_nak_does_not_rewind_a_read() {
 /// configuration: 180 and 1307 the stale NAK, 1122 and 2460 the responder
 /// resources, 12222 both resources and the dropped responses after a
 /// rewind, 62 a retired WQE leaving the requester's PSN behind, 1781 the
-/// ACK timer running during an RNR back-off. (Which seed shows what shifts
+/// ACK timer running during an RNR back-off, 127989 transport retries spent
+/// across many RNR cycles. (Which seed shows what shifts
 /// when the engine or the generator changes.)
 #[test]
 fn seeds_that_failed() {
     let cfg = roce_sim::Config::default();
-    let failures: Vec<String> = [62, 180, 1122, 1307, 1781, 2460, 12222]
+    let failures: Vec<String> = [62, 180, 1122, 1307, 1781, 2460, 12222, 127989]
         .iter()
         .filter_map(|&s| roce_sim::run_seed(s, &cfg).err())
         .map(|f| f.to_string())
