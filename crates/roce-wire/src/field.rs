@@ -46,16 +46,53 @@ pub(crate) fn set_u64(b: &mut [u8], at: usize, v: u64) {
 
 /// The Internet checksum (RFC 1071) of `data`, folded, not inverted, continuing
 /// from the partial sum `acc`.
-pub(crate) fn ones_complement_sum(mut acc: u32, data: &[u8]) -> u32 {
-    let mut chunks = data.chunks_exact(2);
+pub(crate) fn ones_complement_sum(acc: u32, data: &[u8]) -> u32 {
+    // Eight bytes at a time into a wide accumulator (one's-complement
+    // addition is associative, so 32-bit halves can be summed and folded
+    // at the end); the 16-bit tail as RFC 1071 has it.
+    let mut wide = u64::from(acc);
+    let mut words = data.chunks_exact(8);
+    for w in &mut words {
+        let v = u64::from_be_bytes(w.try_into().expect("8 bytes"));
+        wide += (v >> 32) + (v & 0xffff_ffff);
+    }
+    let mut chunks = words.remainder().chunks_exact(2);
     for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        wide += u64::from(u16::from_be_bytes([c[0], c[1]]));
     }
     if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
+        wide += u64::from(*last) << 8;
     }
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
+    while wide >> 16 != 0 {
+        wide = (wide & 0xffff) + (wide >> 16);
     }
-    acc
+    wide as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// RFC 1071 as written: 16 bits at a time.
+    fn reference(mut acc: u32, data: &[u8]) -> u32 {
+        let mut chunks = data.chunks_exact(2);
+        for c in &mut chunks {
+            acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
+        }
+        if let [last] = chunks.remainder() {
+            acc += u32::from(*last) << 8;
+        }
+        while acc >> 16 != 0 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc
+    }
+
+    proptest! {
+        #[test]
+        fn wide_sum_matches_rfc_1071(acc in 0u32..0x1_0000, data in proptest::collection::vec(any::<u8>(), 0..300)) {
+            prop_assert_eq!(ones_complement_sum(acc, &data), reference(acc, &data));
+        }
+    }
 }
