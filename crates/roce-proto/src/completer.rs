@@ -59,8 +59,7 @@ pub(crate) fn enter_error(qp: &mut Qp, res: &mut Res) {
     qp.comp.rnr_until = None;
     qp.resp.outq.clear();
     if let Some(crate::qp::InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
-        let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::WrFlushErr, crate::verbs::WcOpcode::Recv, qp.qpn);
-        wc.vendor_err = 0;
+        let wc = Wc::new(wqe.wr.wr_id, WcStatus::WrFlushErr, crate::verbs::WcOpcode::Recv, qp.qpn);
         res.complete(qp.init.recv_cq, wc);
     }
     flush_send(qp, res);
@@ -96,8 +95,10 @@ fn fail_front(qp: &mut Qp, res: &mut Res, status: WcStatus) {
 }
 
 /// True while some sent request still waits for its acknowledgement.
+/// Every sent request consumes PSNs, so something is outstanding exactly
+/// when the oldest unacknowledged PSN is not one past the highest sent.
 fn outstanding(qp: &Qp) -> bool {
-    qp.comp.psn != qp.req.psn || qp.sq.iter().any(|w| w.started && w.done.is_none())
+    qp.comp.psn != qp.req.psn_hi
 }
 
 /// Re-arms (or disarms) the local ACK timer after progress. During an RNR

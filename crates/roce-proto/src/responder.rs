@@ -52,24 +52,19 @@ pub(crate) fn handle_request(
         res.counters.bad_state_dropped += 1;
         return;
     }
-    match qp.init.qp_type {
-        QpType::Ud => ud_receive(qp, res, meta, pkt),
-        QpType::Rc => rc_request(qp, res, meta, info, pkt),
-        QpType::Uc => uc_request(qp, res, meta, info, pkt),
-    }
-}
-
-fn rc_request(
-    qp: &mut Qp,
-    res: &mut Res,
-    meta: &DatagramMeta,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) {
-    if meta.src != qp.attr.av.dgid {
+    // A connected QP takes requests from its peer only.
+    if qp.init.qp_type != QpType::Ud && meta.src != qp.attr.av.dgid {
         res.counters.addr_mismatch_dropped += 1;
         return;
     }
+    match qp.init.qp_type {
+        QpType::Ud => ud_receive(qp, res, meta, pkt),
+        QpType::Rc => rc_request(qp, res, info, pkt),
+        QpType::Uc => uc_request(qp, res, info, pkt),
+    }
+}
+
+fn rc_request(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
     let psn = pkt.bth.psn;
     let d = psn.distance(qp.resp.epsn);
     if d < 0 {
@@ -110,17 +105,7 @@ fn rc_request(
     }
 }
 
-fn uc_request(
-    qp: &mut Qp,
-    res: &mut Res,
-    meta: &DatagramMeta,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) {
-    if meta.src != qp.attr.av.dgid {
-        res.counters.addr_mismatch_dropped += 1;
-        return;
-    }
+fn uc_request(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
     let psn = pkt.bth.psn;
     if psn != qp.resp.epsn {
         // Lost packets: abandon the message in progress and resynchronise on
