@@ -205,6 +205,7 @@ fn node(id: u64, bind: &str) -> std::result::Result<(), String> {
     if c.icrc_errors + c.malformed_dropped > 0 {
         return Err(format!("dropped packets: {c:?}"));
     }
+    println!("STATS {}", c.out_of_seq_request);
     println!("OK");
     Ok(())
 }
@@ -262,8 +263,9 @@ fn run_cluster(n: u64, bind: &str) {
     run_cluster_in(&places);
 }
 
-/// Runs one node per entry: in that network namespace (if any), bound there.
-fn run_cluster_in(places: &[(Option<String>, String)]) {
+/// Runs one node per entry: in that network namespace (if any), bound
+/// there. Returns the requests the nodes saw ahead of the expected PSN.
+fn run_cluster_in(places: &[(Option<String>, String)]) -> u64 {
     let n = places.len() as u64;
     let exe = std::env::current_exe().unwrap();
     let mut nodes: Vec<Node> = places
@@ -310,11 +312,17 @@ fn run_cluster_in(places: &[(Option<String>, String)]) {
     for nd in nodes.iter_mut() {
         nd.send("CHECK");
     }
+    let mut out_of_seq = 0;
     for (i, nd) in nodes.iter_mut().enumerate() {
-        nd.expect("OK");
+        for l in nd.expect("OK") {
+            if let Some(v) = l.strip_prefix("STATS ") {
+                out_of_seq += v.parse::<u64>().unwrap();
+            }
+        }
         let st = nd.child.wait().unwrap();
         assert!(st.success(), "node {i} failed");
     }
+    out_of_seq
 }
 
 /// A peer that connects and then only answers (its driver thread ACKs),
@@ -455,11 +463,21 @@ fn main() {
         Ok(pair) => {
             for (a, b) in [(pair.a_v4.clone(), pair.b_v4.clone()), (pair.a_v6.clone(), pair.b_v6.clone())] {
                 let t = std::time::Instant::now();
-                run_cluster_in(&[(Some(pair.a.clone()), a.clone()), (Some(pair.b.clone()), b)]);
+                let before = pair.delayed();
+                let out_of_seq =
+                    run_cluster_in(&[(Some(pair.a.clone()), a.clone()), (Some(pair.b.clone()), b)]);
                 let dropped =
                     pair.dropped().map_or(String::new(), |d| format!(", {d} packets dropped so far"));
+                let mut delayed = String::new();
+                if pair.reorder_class {
+                    let d = pair.delayed() - before;
+                    assert!(d > 0, "no packet went through the slow class");
+                    delayed = format!(", {d} packets delayed");
+                }
+                assert!(out_of_seq > 0, "the impaired link produced no out-of-sequence request");
                 println!(
-                    "multiproc: 2 namespaces over veth ({}{dropped}), {a}: every operation verified ({:.2?})",
+                    "multiproc: 2 namespaces over veth ({}{dropped}{delayed}), {a}: every operation verified, \
+                     {out_of_seq} requests arrived out of sequence ({:.2?})",
                     pair.impairment,
                     t.elapsed()
                 );
@@ -485,6 +503,10 @@ mod netns {
         pub a_v6: String,
         pub b_v6: String,
         pub impairment: String,
+        /// Whether reordering comes from the slow HTB class.
+        pub reorder_class: bool,
+        va: String,
+        vb: String,
     }
 
     fn sh(args: &[&str]) -> Result<(), String> {
@@ -510,6 +532,9 @@ mod netns {
                 a_v6: "[fd77::1]:4791".into(),
                 b_v6: "[fd77::2]:4791".into(),
                 impairment: String::new(),
+                reorder_class: false,
+                va: va.clone(),
+                vb: vb.clone(),
             };
             let mut pair = pair;
             sh(&["ip", "netns", "add", &b])?;
@@ -533,29 +558,50 @@ mod netns {
             if netem {
                 pair.impairment = "tc netem: 2% loss, 200 us delay, 20% reordered".into();
             } else {
-                for ns in [&a, &b] {
-                    sh(&["ip", "netns", "exec", ns, "nft", "add", "table", "inet", "roce"])
+                for (ns, dev) in [(&a, &va), (&b, &vb)] {
+                    let nft = |rule: &[&str]| {
+                        let mut v = vec!["ip", "netns", "exec", ns.as_str(), "nft"];
+                        v.extend_from_slice(rule);
+                        sh(&v)
+                    };
+                    nft(&["add", "table", "inet", "roce"])
                         .map_err(|e| format!("no tc netem in this kernel and no nftables for loss ({e})"))?;
-                    sh(&[
-                        "ip",
-                        "netns",
-                        "exec",
-                        ns,
-                        "nft",
-                        "add",
-                        "chain",
-                        "inet",
-                        "roce",
-                        "in",
-                        "{ type filter hook input priority 0; }",
+                    nft(&["add", "chain", "inet", "roce", "in", "{ type filter hook input priority 0; }"])?;
+                    nft(&[
+                        "add", "rule", "inet", "roce", "in", "udp", "dport", "4791", "numgen", "random",
+                        "mod", "100", "<", "10", "counter", "drop",
                     ])?;
-                    sh(&[
-                        "ip", "netns", "exec", ns, "nft", "add", "rule", "inet", "roce", "in", "udp",
-                        "dport", "4791", "numgen", "random", "mod", "100", "<", "10", "counter", "drop",
+                    // Reordering without netem: an HTB qdisc with a fast
+                    // class and a slow one (100 Mbit/s, one packet of
+                    // burst), and nftables sending a random 20% of RoCE
+                    // packets to the slow class by their skb priority. A
+                    // 4 KiB packet waits there about 330 us while later
+                    // packets pass it.
+                    let tc = |args: &[&str]| {
+                        let mut v = vec!["ip", "netns", "exec", ns.as_str(), "tc"];
+                        v.extend_from_slice(args);
+                        sh(&v)
+                    };
+                    tc(&["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"])
+                        .map_err(|e| format!("no tc netem and no htb for reordering ({e})"))?;
+                    tc(&[
+                        "class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate",
+                        "10gbit",
+                    ])?;
+                    tc(&[
+                        "class", "add", "dev", dev, "parent", "1:", "classid", "1:20", "htb", "rate",
+                        "100mbit", "burst", "1600", "cburst", "1600",
+                    ])?;
+                    nft(&["add", "chain", "inet", "roce", "out", "{ type filter hook output priority 0; }"])?;
+                    nft(&[
+                        "add", "rule", "inet", "roce", "out", "udp", "dport", "4791", "numgen", "random",
+                        "mod", "100", "<", "20", "meta", "priority", "set", "1:20",
                     ])?;
                 }
-                pair.impairment =
-                    "no tc netem in this kernel: 10% random loss by nftables, no reordering".into();
+                pair.reorder_class = true;
+                pair.impairment = "no tc netem in this kernel: 10% random loss by nftables, 20% of packets \
+                                   delayed through a slow HTB class (reordered)"
+                    .into();
             }
             Ok(pair)
         }
@@ -574,6 +620,26 @@ mod netns {
                     .and_then(|t| t.split_whitespace().next())
                     .and_then(|t| t.parse::<u64>().ok());
                 *total.get_or_insert(0) += n?;
+            }
+            total
+        }
+    }
+
+    impl Pair {
+        /// Packets that went through the slow HTB class, in both namespaces.
+        pub fn delayed(&self) -> u64 {
+            let mut total = 0;
+            for (ns, dev) in [(&self.a, &self.va), (&self.b, &self.vb)] {
+                let out = Command::new("ip")
+                    .args(["netns", "exec", ns, "tc", "-s", "class", "show", "dev", dev, "classid", "1:20"])
+                    .output();
+                let text = out.map(|o| String::from_utf8_lossy(&o.stdout).to_string()).unwrap_or_default();
+                total += text
+                    .split(" bytes ")
+                    .nth(1)
+                    .and_then(|t| t.split_whitespace().next())
+                    .and_then(|t| t.parse::<u64>().ok())
+                    .unwrap_or(0);
             }
             total
         }
