@@ -162,7 +162,7 @@ impl Device {
         let mut core = sh.lock();
         let now = sh.now();
         let a = if sh.busy_poll { core.progress_deferred(now)? } else { core.progress(now)? };
-        if a {
+        if a && core.cq_waiters > 0 {
             sh.cq_cond.notify_all();
         }
         Ok(a)
@@ -379,11 +379,13 @@ impl Cq {
                 std::thread::yield_now();
                 core = sh.lock();
             } else {
+                core.cq_waiters += 1;
                 core = sh
                     .cq_cond
                     .wait_timeout(core, left.min(StdDuration::from_millis(50)))
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
+                core.cq_waiters -= 1;
             }
         }
     }

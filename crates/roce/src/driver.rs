@@ -22,8 +22,6 @@ use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 const SLOT: usize = 65536;
 /// Largest RoCE datagram the engine produces (4096 payload + headers).
 const MAX_PKT: usize = 4096 + 128;
-/// Buffers of the first receive call of a progress pass.
-const SMALL_BATCH: usize = 4;
 /// Segments per GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or 128).
 const MAX_SEGS: usize = 64;
 
@@ -37,6 +35,12 @@ pub(crate) struct Core {
     pub capture: Option<Capture>,
     /// Datagrams the kernel would not take after retrying (socket buffer full).
     pub tx_dropped: u64,
+    /// Threads sleeping on `Shared::cq_cond`. Notifying costs a futex
+    /// syscall even with nobody waiting, so progress notifies only when
+    /// this is non-zero.
+    pub cq_waiters: usize,
+    /// Whether the last receive call found anything (busy-poll sizing).
+    rx_hot: bool,
 }
 
 /// Frames written to a pcap file, as Ethernet/IP/UDP around each datagram.
@@ -111,6 +115,8 @@ impl Core {
             tx: vec![0u8; SLOT * BATCH],
             capture: None,
             tx_dropped: 0,
+            cq_waiters: 0,
+            rx_hot: false,
         }
     }
 
@@ -126,7 +132,7 @@ impl Core {
     /// Receives all waiting datagrams, runs due timers, sends. Returns true
     /// if anything arrived or a timer ran.
     pub fn progress(&mut self, now: Instant) -> io::Result<bool> {
-        let activity = self.receive(now)?;
+        let activity = self.receive(now, false)?;
         self.flush(now)?;
         Ok(activity)
     }
@@ -138,15 +144,21 @@ impl Core {
     /// posts leaves in the same batch as the ACK.
     pub fn progress_deferred(&mut self, now: Instant) -> io::Result<bool> {
         self.flush(now)?;
-        self.receive(now)
+        self.receive(now, true)
     }
 
-    fn receive(&mut self, now: Instant) -> io::Result<bool> {
+    /// Receives and handles waiting datagrams, then runs due timers.
+    ///
+    /// `busy`: called from a busy-poll loop. There an idle socket is polled
+    /// for one datagram (a cheaper `recvmmsg`), and the datagram that ends
+    /// the idle spell goes to the engine and back to the application at
+    /// once, without a second call to find the socket empty; once traffic
+    /// flows, full batches are taken. Otherwise (the driver thread, woken
+    /// by readiness) full batches are taken until the socket is drained.
+    fn receive(&mut self, now: Instant, busy: bool) -> io::Result<bool> {
         let mut activity = false;
         let local = self.io.local_addr();
-        // A first small batch keeps an idle poll (the busy-poll loop) cheap;
-        // full batches follow while the socket has more.
-        let mut want = SMALL_BATCH;
+        let want = if busy && !self.rx_hot { 1 } else { BATCH };
         loop {
             let n = self.io.recv(&mut self.rx_bufs[..want], &mut self.rx_meta[..want])?;
             for i in 0..n {
@@ -168,10 +180,10 @@ impl Core {
                 }
             }
             activity |= n > 0;
-            if n < want {
+            self.rx_hot = n > 0;
+            if n < want || busy && want < BATCH {
                 break;
             }
-            want = BATCH;
         }
         if self.engine.poll_timeout().is_some_and(|t| t <= now) {
             self.engine.handle_timeout(now);
@@ -299,7 +311,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             } else {
                 core.progress(now).unwrap_or(false)
             };
-            if activity {
+            if activity && core.cq_waiters > 0 {
                 shared.cq_cond.notify_all();
             }
             let next = core.engine.poll_timeout();
