@@ -162,8 +162,10 @@ impl Device {
         let mut core = sh.lock();
         let now = sh.now();
         let a = if sh.busy_poll { core.progress_deferred(now)? } else { core.progress(now)? };
-        if a && core.cq_waiters > 0 {
-            sh.cq_cond.notify_all();
+        if a {
+            let wakers = core.completion_waiters(&sh.cq_cond);
+            drop(core);
+            wakers.into_iter().for_each(std::task::Waker::wake);
         }
         Ok(a)
     }
@@ -189,8 +191,14 @@ impl Device {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Engine) -> std::result::Result<T, VerbsError>) -> Result<T> {
-        let mut core = self.shared().lock();
-        Ok(f(&mut core.engine)?)
+        let sh = self.shared();
+        let mut core = sh.lock();
+        let r = f(&mut core.engine);
+        // A verb can complete work at once (modify to ERR flushes the queues).
+        let wakers = core.completion_waiters(&sh.cq_cond);
+        drop(core);
+        wakers.into_iter().for_each(std::task::Waker::wake);
+        Ok(r?)
     }
 
     pub fn alloc_pd(&self) -> Result<Pd> {
@@ -386,6 +394,66 @@ impl Cq {
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
                 core.cq_waiters -= 1;
+            }
+        }
+    }
+}
+
+impl Cq {
+    /// Waits, without blocking a thread, until at least one completion is
+    /// ready, and takes up to `out.len()` of them: the `async` flavour of
+    /// `wait` (an `ibv_get_cq_event` on a completion channel, then
+    /// `ibv_poll_cq`). The future works on any executor (tokio, smol,
+    /// ...): the driver thread wakes it after progress that may have
+    /// produced completions, as do verbs that complete work at once (a
+    /// modify to ERR flushes). In busy-poll mode it drives the network
+    /// itself each time it is polled and asks to be polled again, so the
+    /// task spins through its executor. Bound it with the runtime's timeout
+    /// if the peer may go quiet; dropping it cancels nothing.
+    pub fn wait_async<'a>(&'a self, out: &'a mut [Wc]) -> WaitCompletions<'a> {
+        WaitCompletions { cq: self, out }
+    }
+}
+
+/// The future of `Cq::wait_async`.
+#[must_use = "futures do nothing unless awaited"]
+pub struct WaitCompletions<'a> {
+    cq: &'a Cq,
+    out: &'a mut [Wc],
+}
+
+impl std::future::Future for WaitCompletions<'_> {
+    type Output = Result<usize>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<usize>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.out.is_empty() {
+            return Poll::Ready(Ok(0));
+        }
+        let sh = &this.cq.inner.dev.inner.shared;
+        let mut core = sh.lock();
+        if sh.busy_poll {
+            let now = sh.now();
+            if let Err(e) = core.progress_deferred(now) {
+                return Poll::Ready(Err(e.into()));
+            }
+        }
+        match core.engine.poll_cq(this.cq.inner.id, this.out) {
+            Err(e) => Poll::Ready(Err(e.into())),
+            Ok(n) if n > 0 => Poll::Ready(Ok(n)),
+            Ok(_) => {
+                if sh.busy_poll {
+                    cx.waker().wake_by_ref();
+                } else if !core.cq_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    // Registered under the lock that completions are made
+                    // under, so none can slip in between the poll and this.
+                    core.cq_wakers.push(cx.waker().clone());
+                }
+                Poll::Pending
             }
         }
     }

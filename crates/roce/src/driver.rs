@@ -39,6 +39,9 @@ pub(crate) struct Core {
     /// syscall even with nobody waiting, so progress notifies only when
     /// this is non-zero.
     pub cq_waiters: usize,
+    /// Tasks waiting in `Cq::wait_async`, woken after the next progress
+    /// that may have produced completions.
+    pub cq_wakers: Vec<std::task::Waker>,
     /// Whether the last receive call found anything (busy-poll sizing).
     rx_hot: bool,
 }
@@ -81,6 +84,10 @@ impl Shared {
     pub fn kick(&self, core: &mut Core) {
         let now = self.now();
         let _ = core.flush(now);
+        // A post can complete at once (a QP in ERR flushes it).
+        if !core.cq_wakers.is_empty() {
+            core.completion_waiters(&self.cq_cond).into_iter().for_each(std::task::Waker::wake);
+        }
         // In busy-poll mode the application's own progress calls run the
         // timers, and the driver thread looks in at least every millisecond;
         // waking it on every post would cost a syscall and a context switch
@@ -116,8 +123,19 @@ impl Core {
             capture: None,
             tx_dropped: 0,
             cq_waiters: 0,
+            cq_wakers: Vec::new(),
             rx_hot: false,
         }
+    }
+
+    /// After work that may have produced completions: wakes the threads
+    /// sleeping in `Cq::wait`, and hands back the wakers of `Cq::wait_async`
+    /// futures, for the caller to wake once it has released the lock.
+    pub fn completion_waiters(&mut self, cond: &Condvar) -> Vec<std::task::Waker> {
+        if self.cq_waiters > 0 {
+            cond.notify_all();
+        }
+        std::mem::take(&mut self.cq_wakers)
     }
 
     pub fn fd(&self) -> RawFd {
@@ -298,6 +316,7 @@ impl Capture {
 pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
     let mut events = mio::Events::with_capacity(8);
     while !shared.stop.load(Ordering::Acquire) {
+        let mut wakers = Vec::new();
         let timeout = {
             let mut core = shared.lock();
             let now = shared.now();
@@ -311,8 +330,8 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             } else {
                 core.progress(now).unwrap_or(false)
             };
-            if activity && core.cq_waiters > 0 {
-                shared.cq_cond.notify_all();
+            if activity {
+                wakers = core.completion_waiters(&shared.cq_cond);
             }
             let next = core.engine.poll_timeout();
             shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
@@ -323,6 +342,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
                 wait
             }
         };
+        wakers.into_iter().for_each(std::task::Waker::wake);
         let _ = poll.poll(&mut events, timeout);
     }
 }
