@@ -142,19 +142,6 @@ struct World {
     next_id: u64,
 }
 
-fn wc0() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        vendor_err: 0,
-    }
-}
 
 fn init_attr(pd: PdId, cq: CqId, t: QpType) -> QpInitAttr {
     QpInitAttr {
@@ -282,7 +269,7 @@ impl World {
             wire: [VecDeque::new(), VecDeque::new()],
             pool: [VecDeque::new(), VecDeque::new()],
             buf: vec![0u8; 9000],
-            wcs: vec![wc0(); 64],
+            wcs: vec![Wc::EMPTY; 64],
             next_id: 1,
         };
         w.prime();

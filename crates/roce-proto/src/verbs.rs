@@ -432,8 +432,22 @@ pub struct Wc {
 }
 
 impl Wc {
+    /// An all-zero successful SEND completion: what `poll_cq` buffers are
+    /// filled with before a poll overwrites them.
+    pub const EMPTY: Wc = Wc {
+        wr_id: 0,
+        status: WcStatus::Success,
+        opcode: WcOpcode::Send,
+        byte_len: 0,
+        imm_data: 0,
+        qp_num: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        vendor_err: 0,
+    };
+
     pub(crate) fn new(wr_id: u64, status: WcStatus, opcode: WcOpcode, qp_num: u32) -> Wc {
-        Wc { wr_id, status, opcode, byte_len: 0, imm_data: 0, qp_num, src_qp: 0, wc_flags: 0, vendor_err: 0 }
+        Wc { wr_id, status, opcode, qp_num, ..Wc::EMPTY }
     }
 }
 

@@ -293,17 +293,7 @@ fn cq_overflow() {
         p.e[A].post_send(c.qpn[0], write(i, &dst, 0, &src, 0, 10)).unwrap();
     }
     p.run();
-    let mut out = [Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        vendor_err: 0,
-    }; 4];
+    let mut out = [Wc::EMPTY; 4];
     assert_eq!(p.e[A].poll_cq(p.cq[A], &mut out), Err(VerbsError::CqOverflow));
     let mut events = Vec::new();
     while let Some(e) = p.e[A].poll_event() {

@@ -31,18 +31,10 @@ impl Completion {
 }
 
 /// A work completion to fill `poll_cq` buffers with.
+/// Its status is an error, so an entry `poll_cq` did not fill cannot pass
+/// for a success.
 pub fn blank_wc() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::GeneralErr,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        vendor_err: 0,
-    }
+    Wc { status: WcStatus::GeneralErr, ..Wc::EMPTY }
 }
 
 /// A timed posting.

@@ -135,20 +135,7 @@ impl Pair {
     }
 
     pub fn poll(&mut self, side: usize) -> Vec<Wc> {
-        let mut out = vec![
-            Wc {
-                wr_id: 0,
-                status: WcStatus::Success,
-                opcode: WcOpcode::Send,
-                byte_len: 0,
-                imm_data: 0,
-                qp_num: 0,
-                src_qp: 0,
-                wc_flags: 0,
-                vendor_err: 0
-            };
-            256
-        ];
+        let mut out = vec![Wc::EMPTY; 256];
         let n = self.e[side].poll_cq(self.cq[side], &mut out).unwrap();
         out.truncate(n);
         out

@@ -60,20 +60,6 @@ pub struct Stream {
     pub use_pools: bool,
 }
 
-fn wc0() -> Wc {
-    Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
-        opcode: WcOpcode::Send,
-        byte_len: 0,
-        imm_data: 0,
-        qp_num: 0,
-        src_qp: 0,
-        wc_flags: 0,
-        vendor_err: 0,
-    }
-}
-
 impl Stream {
     pub fn new(kind: Kind, len: u32, mtu: PathMtu, depth: usize, batch: usize) -> Stream {
         let ip = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
@@ -146,7 +132,7 @@ impl Stream {
             dst,
             dst_keys,
             buf: vec![0u8; 9000],
-            wcs: vec![wc0(); 256],
+            wcs: vec![Wc::EMPTY; 256],
             outstanding: 0,
             recv_posted: 0,
             completed: 0,
