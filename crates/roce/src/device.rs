@@ -338,18 +338,8 @@ pub struct Cq {
     inner: Arc<CqInner>,
 }
 
-/// An empty completion, for sizing `poll` buffers.
-pub const WC_ZERO: Wc = Wc {
-    wr_id: 0,
-    status: WcStatus::Success,
-    opcode: WcOpcode::Send,
-    byte_len: 0,
-    imm_data: 0,
-    qp_num: 0,
-    src_qp: 0,
-    wc_flags: 0,
-    vendor_err: 0,
-};
+/// An empty completion, for sizing `poll` buffers (`Wc::EMPTY`).
+pub const WC_ZERO: Wc = Wc::EMPTY;
 
 impl Cq {
     /// Takes the completions that are ready (`ibv_poll_cq`). In busy-poll
@@ -637,7 +627,7 @@ impl Qp {
         let sh = &self.dev().inner.shared;
         let mut core = sh.lock();
         core.engine.post_send(self.qpn, wr)?;
-        sh.kick(&mut core);
+        sh.kick(core);
         Ok(())
     }
 
@@ -652,7 +642,7 @@ impl Qp {
                 break;
             }
         }
-        sh.kick(&mut core);
+        sh.kick(core);
         r
     }
 

@@ -79,27 +79,28 @@ impl Shared {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// After work was posted under the lock: send it, and wake the driver
-    /// thread if the engine now wants a timer earlier than it sleeps until.
-    pub fn kick(&self, core: &mut Core) {
+    /// After work was posted under the lock: send it, wake the driver
+    /// thread if the engine now wants a timer earlier than it sleeps until,
+    /// release the lock, and wake completion waiters (a post can complete
+    /// at once: a QP in ERR flushes it).
+    pub fn kick(&self, mut core: MutexGuard<'_, Core>) {
         let now = self.now();
         let _ = core.flush(now);
-        // A post can complete at once (a QP in ERR flushes it).
-        if !core.cq_wakers.is_empty() {
-            core.completion_waiters(&self.cq_cond).into_iter().for_each(std::task::Waker::wake);
-        }
         // In busy-poll mode the application's own progress calls run the
         // timers, and the driver thread looks in at least every millisecond;
         // waking it on every post would cost a syscall and a context switch
         // on the latency path.
-        if self.busy_poll {
-            return;
+        if !self.busy_poll
+            && core
+                .engine
+                .poll_timeout()
+                .is_some_and(|t| t.as_nanos() < self.driver_deadline.load(Ordering::Acquire))
+        {
+            let _ = self.waker.wake();
         }
-        if let Some(t) = core.engine.poll_timeout() {
-            if t.as_nanos() < self.driver_deadline.load(Ordering::Acquire) {
-                let _ = self.waker.wake();
-            }
-        }
+        let wakers = core.completion_waiters(&self.cq_cond);
+        drop(core);
+        wakers.into_iter().for_each(std::task::Waker::wake);
     }
 }
 
