@@ -3,7 +3,6 @@
 //! packets of a run judged by the external oracle.
 
 use std::net::{TcpListener, UdpSocket};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
@@ -285,30 +284,12 @@ fn unreachable_server_fails_after_the_timeout() {
     assert!(err.contains("UDP port is taken"), "{err}");
 }
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-fn oracle() -> Option<PathBuf> {
-    let path = std::env::var_os("ROCE_PCAP_CHECK").map(PathBuf::from).unwrap_or_else(|| {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/tools/roce-pcap-check")
-    });
-    let python = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if path.is_file() && python {
-        return Some(path);
-    }
-    let why = format!("the oracle {} (and python3) is needed", path.display());
-    assert!(!in_ci(), "CI is set but {why}");
-    eprintln!("skipping the pcap oracle check: {why}");
-    None
-}
-
 /// A loopback run's capture passes `roce-pcap-check`. The server device
 /// listens on 4791 (the oracle judges packets to that port), on an address
 /// of its own so parallel runs do not collide.
 #[test]
 fn loopback_capture_passes_the_oracle() {
-    let Some(check) = oracle() else { return };
+    let Some(check) = roce_test_support::pcap_oracle() else { return };
     let dir = std::env::temp_dir().join(format!("roce-perf-pcap-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ip = format!("127.{}.{}.{}", 100 + std::process::id() % 100, std::process::id() / 100 % 250 + 1, 9);

@@ -6,52 +6,18 @@
 //! copy, written as delivered, must fail its ICRC. `--pmtu` is not given
 //! because the QPs of a run use different path MTUs.
 //!
-//! Without the oracle, python3 or scapy the test prints a skip notice,
-//! unless the environment variable `CI` is set: then it fails.
+//! Without the oracle or what it needs the test prints a skip notice,
+//! unless the environment variable `CI` is set: then it fails
+//! (`roce_test_support::pcap_oracle`).
 
 use std::collections::BTreeSet;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use roce_sim::net::pcap::write_pcap;
 use roce_sim::net::{Fate, TraceMode, TraceRecord};
 use roce_sim::{simulate, Config};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-fn runs(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
-}
-
-/// The checker, or `None` (after a skip notice) when it cannot run here.
-fn oracle() -> Option<PathBuf> {
-    let path = std::env::var_os("ROCE_PCAP_CHECK")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/tools/roce-pcap-check"));
-    let mut missing = Vec::new();
-    if !path.is_file() {
-        missing.push(format!("the oracle {}", path.display()));
-    }
-    if !runs("python3", &["--version"]) {
-        missing.push("python3".to_string());
-    } else if !runs("python3", &["-c", "import scapy"]) {
-        missing.push("scapy (pip install scapy==2.8.0)".to_string());
-    }
-    if missing.is_empty() {
-        return Some(path);
-    }
-    let msg = format!("roce-pcap-check oracle unavailable: missing {}", missing.join(", "));
-    assert!(!in_ci(), "{msg} (CI is set: the oracle test must run)");
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
-    None
-}
+use roce_test_support::pcap_oracle as oracle;
 
 /// The oracle's JSON summary of a capture, and its exit status.
 fn judge(oracle: &Path, pcap: &Path) -> (i32, serde_json::Value) {

@@ -27,57 +27,9 @@ use roce_wire::{
     RocePacketRepr, Syndrome, UdpRepr, VlanTag, ROCE_PORT,
 };
 
+use roce_test_support::{in_ci, pcap_oracle as oracle, repo_root};
+
 const PMTU: usize = 256;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
-fn runs(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
-}
-
-/// The checker, or `None` (after a skip notice) when it cannot run here.
-/// Under CI a missing oracle, python3, scapy or tshark is a failure.
-fn oracle() -> Option<PathBuf> {
-    let path = std::env::var_os("ROCE_PCAP_CHECK")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared/tools/roce-pcap-check"));
-    let mut missing = Vec::new();
-    if !path.is_file() {
-        missing.push(format!("the oracle {}", path.display()));
-    }
-    if !runs("python3", &["--version"]) {
-        missing.push("python3".to_string());
-    } else if !runs("python3", &["-c", "import scapy"]) {
-        missing.push("scapy (pip install scapy==2.8.0)".to_string());
-    }
-    let tshark = runs("tshark", &["--version"]);
-    if !tshark && in_ci() {
-        missing.push("tshark (apt-get install tshark)".to_string());
-    }
-    if !missing.is_empty() {
-        let msg = format!("roce-pcap-check oracle unavailable: missing {}", missing.join(", "));
-        if in_ci() {
-            panic!("{msg} (CI is set: the oracle tests must run)");
-        }
-        // straight to stderr, past the test harness's capture, so the skip shows
-        let _ =
-            writeln!(std::io::stderr(), "SKIPPED: {msg}; set up ../shared/tools and scapy to run this test");
-        return None;
-    }
-    if !tshark {
-        let _ = writeln!(
-            std::io::stderr(),
-            "note: tshark not found; the oracle runs without its tshark comparison"
-        );
-    }
-    Some(path)
-}
 
 /// One line of the oracle's table: frame, IP version, opcode name, dest QP,
 /// PSN, AckReq, pad, payload length, ICRC verdict, verdict.

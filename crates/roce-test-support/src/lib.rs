@@ -1,0 +1,63 @@
+//! What the workspace's tests share: whether they run under CI, and where
+//! the external pcap oracle (`../shared/tools/roce-pcap-check`) is.
+//!
+//! The oracle rule is the same everywhere: where the oracle or what it needs
+//! (python3, scapy, and under CI tshark) is missing, a test skips with a
+//! notice on stderr, except under CI, where that is a failure.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root (this crate sits in `crates/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether `CI` is set to something other than empty, `0` or `false`.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+fn runs(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
+}
+
+/// The oracle script (`ROCE_PCAP_CHECK`, else the shared tools beside the
+/// repository), or `None` after a skip notice when it cannot run here.
+///
+/// # Panics
+/// Under CI, when the oracle cannot run.
+pub fn pcap_oracle() -> Option<PathBuf> {
+    let path = std::env::var_os("ROCE_PCAP_CHECK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/tools/roce-pcap-check"));
+    let mut missing = Vec::new();
+    if !path.is_file() {
+        missing.push(format!("the oracle {}", path.display()));
+    }
+    if !runs("python3", &["--version"]) {
+        missing.push("python3".to_string());
+    } else if !runs("python3", &["-c", "import scapy"]) {
+        missing.push("scapy (pip install scapy==2.8.0)".to_string());
+    }
+    let tshark = runs("tshark", &["--version"]);
+    if !tshark && in_ci() {
+        missing.push("tshark (apt-get install tshark)".to_string());
+    }
+    if !missing.is_empty() {
+        let msg = format!("roce-pcap-check oracle unavailable: missing {}", missing.join(", "));
+        assert!(!in_ci(), "{msg} (CI is set: the oracle tests must run)");
+        // straight to stderr, past the test harness's capture, so the skip shows
+        let _ =
+            writeln!(std::io::stderr(), "SKIPPED: {msg}; set up ../shared/tools and scapy to run this test");
+        return None;
+    }
+    if !tshark {
+        let _ = writeln!(
+            std::io::stderr(),
+            "note: tshark not found; the oracle runs without its tshark comparison"
+        );
+    }
+    Some(path)
+}
