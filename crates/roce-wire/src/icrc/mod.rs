@@ -15,6 +15,9 @@
 
 use crate::{bth, ipv4, ipv6, udp};
 
+mod ipv4_id;
+pub use ipv4_id::{Ipv4IdCache, Ipv4IdIcrc};
+
 pub const ICRC_LEN: usize = 4;
 
 /// The network header in front of the BTH.
