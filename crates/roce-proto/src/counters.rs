@@ -49,6 +49,10 @@ counters! {
     send_nak_err,
     /// Dropped: ICRC mismatch.
     icrc_errors,
+    /// IPv4 packets whose Identification the driver could not see, taken
+    /// because their ICRC is right for one ID (a 16-bit weaker check than
+    /// the full ICRC; see `IcrcCheck::Ipv4IdInferred`).
+    icrc_ipv4_id_inferred,
     /// Dropped: not a well-formed RoCE packet.
     malformed_dropped,
     /// Dropped: no such destination QP.

@@ -11,15 +11,25 @@
 //! A datagram is the UDP payload of a RoCEv2 packet (BTH through ICRC); the
 //! driver tells the engine the addresses, ports and ECN bits it came with.
 //! Since the ICRC covers the IP and UDP headers, the engine rebuilds them from
-//! that metadata: IPv4 with DF set and the Identification the driver reports
-//! (0 when unknown: an unconnected Linux UDP socket with DF sends ID 0).
+//! that metadata: IPv4 with DF set, no options, and the Identification the
+//! driver reports.
+//!
+//! * Sending, the engine computes the ICRC for ID 0, the ID an unconnected
+//!   Linux UDP socket with DF set writes (`ip_select_ident`); a driver whose
+//!   packets leave with another ID (the segments of a GSO send) fixes the
+//!   ICRC with [`roce_wire::icrc::Ipv4IdIcrc::delta`].
+//! * Receiving, a driver on a UDP socket cannot see the ID (`ipv4_id:
+//!   None`). The engine then checks the ICRC for *some* ID and learns which
+//!   one ([`IcrcCheck::Ipv4IdInferred`]): a check 16 bits weaker than the
+//!   full ICRC (see `roce_wire::icrc::Ipv4IdIcrc`). A driver that sees the
+//!   real header passes the ID and gets the full check.
 
 use core::net::IpAddr;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
-use roce_wire::icrc::{self, NetHeader};
+use roce_wire::icrc::{self, Ipv4IdCache, NetHeader};
 use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 
 use crate::counters::Counters;
@@ -92,6 +102,23 @@ pub struct DatagramMeta {
     pub ecn: u8,
     /// IPv4 Identification, if the driver knows it (see module docs).
     pub ipv4_id: Option<u16>,
+}
+
+/// What the ICRC check of a received datagram found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcrcCheck {
+    /// The ICRC matches the headers as the driver described them (IPv6, or
+    /// IPv4 with the Identification given).
+    Verified,
+    /// IPv4 whose Identification the driver could not see: the ICRC is
+    /// right for this ID and for no other (16 of its 32 bits spent on
+    /// finding the ID).
+    Ipv4IdInferred(u16),
+    /// The ICRC does not match: dropped and counted in `icrc_errors`.
+    Failed,
+    /// Too short to hold a BTH and ICRC, or the addresses mix IPv4 and IPv6:
+    /// dropped and counted in `malformed_dropped`.
+    Malformed,
 }
 
 /// A datagram the engine wants sent: `len` bytes at the start of the buffer
@@ -175,6 +202,8 @@ impl Res {
 pub struct Engine {
     res: Res,
     rng: ChaCha20Rng,
+    /// Solvers for the IPv4 ID of received packets, by length.
+    ipv4_ids: Ipv4IdCache,
     qps: BTreeMap<u32, Qp>,
     ready: VecDeque<u32>,
     timers: BTreeSet<(Instant, u32)>,
@@ -198,6 +227,7 @@ impl Engine {
                 events: VecDeque::new(),
             },
             rng: ChaCha20Rng::seed_from_u64(seed),
+            ipv4_ids: Ipv4IdCache::default(),
             qps: BTreeMap::new(),
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
@@ -642,22 +672,57 @@ impl Engine {
     // ---------------------------------------------------------------- network
 
     /// Handles one received datagram (the UDP payload: BTH through ICRC).
-    pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
+    /// Returns what the ICRC check found; everything after it (drops by
+    /// reason, the roles' work) shows in the counters and completions.
+    pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) -> IcrcCheck {
+        let check = self.check_icrc(meta, bytes);
+        if matches!(check, IcrcCheck::Verified | IcrcCheck::Ipv4IdInferred(_)) {
+            self.handle_checked(now, meta, bytes);
+        }
+        check
+    }
+
+    /// Counts the datagram and checks its ICRC (see the module docs).
+    fn check_icrc(&mut self, meta: &DatagramMeta, bytes: &[u8]) -> IcrcCheck {
         let c = &mut self.res.counters;
         c.rcvd_pkts += 1;
         if bytes.len() < roce_wire::packet::MIN_LEN {
             c.malformed_dropped += 1;
-            return;
+            return IcrcCheck::Malformed;
         }
         let (body, crc) = bytes.split_at(bytes.len() - icrc::ICRC_LEN);
         let Some(want) = datagram_icrc(meta, body) else {
             c.malformed_dropped += 1;
-            return;
+            return IcrcCheck::Malformed;
         };
-        if want.to_le_bytes() != crc {
-            c.icrc_errors += 1;
-            return;
+        let got = u32::from_le_bytes(crc.try_into().expect("ICRC_LEN bytes"));
+        let inferred = meta.src.is_ipv4() && meta.ipv4_id.is_none();
+        let check = if !inferred {
+            if got == want {
+                IcrcCheck::Verified
+            } else {
+                IcrcCheck::Failed
+            }
+        } else if got == want {
+            // `datagram_icrc` computed it for ID 0.
+            IcrcCheck::Ipv4IdInferred(0)
+        } else {
+            match self.ipv4_ids.get(body.len()).solve(want, got) {
+                Some(id) => IcrcCheck::Ipv4IdInferred(id),
+                None => IcrcCheck::Failed,
+            }
+        };
+        match check {
+            IcrcCheck::Failed => c.icrc_errors += 1,
+            IcrcCheck::Ipv4IdInferred(_) => c.icrc_ipv4_id_inferred += 1,
+            _ => {}
         }
+        check
+    }
+
+    /// Handles a datagram whose ICRC is right.
+    fn handle_checked(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
+        let c = &mut self.res.counters;
         let pkt = match RocePacket::new_checked(bytes)
             .and_then(|v| RocePacketRepr::parse_view(&v).map(|p| (v, p)))
         {

@@ -21,7 +21,7 @@ pub mod verbs;
 
 pub use connect::ConnectAttr;
 pub use counters::Counters;
-pub use engine::{DatagramMeta, Engine, EngineConfig, Transmit};
+pub use engine::{DatagramMeta, Engine, EngineConfig, IcrcCheck, Transmit};
 pub use mem::MemBuf;
 pub use time::{Duration, Instant};
 pub use verbs::*;
