@@ -55,7 +55,7 @@ fn raw_udp_throughput(mode: Raw) -> f64 {
     let (s2, b2, bad2) = (stop.clone(), bytes.clone(), bad.clone());
     let receiver = std::thread::spawn(move || {
         let mut bufs = vec![vec![0u8; RX_BUF]; BATCH];
-        let mut metas = vec![RxMeta { src: dst, dst_ip: None, tos: 0, len: 0, stride: 0 }; BATCH];
+        let mut metas = vec![RxMeta::default(); BATCH];
         while !s2.load(Ordering::Relaxed) {
             let n = rx.recv(&mut bufs, &mut metas).unwrap();
             let got: usize = metas[..n].iter().map(|m| m.len).sum();
@@ -176,7 +176,7 @@ fn roce_write_bw() -> f64 {
         "  roce: {done} WRITEs, {} packets sent, {} retries, {} tx dropped by the kernel",
         c.sent_pkts,
         c.completer_retry_err + c.rcvd_seq_err,
-        a.dev.tx_dropped()
+        a.dev.driver_stats().tx_dropped
     );
     done as f64 * MSG as f64 * 8.0 / el / 1e9
 }
@@ -187,7 +187,7 @@ fn raw_udp_latency(iters: usize) -> f64 {
     let (aa, ba) = (a.local_addr(), b.local_addr());
     let echo = std::thread::spawn(move || {
         let mut bufs = vec![vec![0u8; 2048]; 1];
-        let mut metas = vec![RxMeta { src: aa, dst_ip: None, tos: 0, len: 0, stride: 0 }; 1];
+        let mut metas = vec![RxMeta::default(); 1];
         let mut n = 0;
         while n < iters {
             if b.recv(&mut bufs, &mut metas).unwrap() == 1 {
@@ -198,7 +198,7 @@ fn raw_udp_latency(iters: usize) -> f64 {
     });
     let data = [7u8; LAT_PKT];
     let mut bufs = vec![vec![0u8; 2048]; 1];
-    let mut metas = vec![RxMeta { src: ba, dst_ip: None, tos: 0, len: 0, stride: 0 }; 1];
+    let mut metas = vec![RxMeta::default(); 1];
     let mut samples = Vec::with_capacity(iters);
     for _ in 0..iters {
         let t = Instant::now();

@@ -1,51 +1,154 @@
-//! `--pcap`: what the device sent and received, as Ethernet frames.
+//! `--pcap`: what the device sent and received, as Ethernet frames in a
+//! pcapng file.
 //!
-//! The socket hands the driver UDP payloads; the frame around each is rebuilt
-//! the way the engine's ICRC assumed it: IPv4 with Identification 0 and DF,
-//! the TOS byte the packet carried, TTL 64, UDP checksum 0; or IPv6. So a
-//! capture passes an ICRC check (`roce-pcap-check`) exactly when the engine's
-//! ICRC was right. Received IPv4 packets are shown with ID 0 too: a UDP
-//! socket does not report the real one.
+//! The socket hands the driver UDP payloads, so the frame around each is
+//! rebuilt. Everything the ICRC covers is what crossed the wire: sent
+//! packets are recorded only once the kernel took them, with the IPv4
+//! Identification the kernel writes (0, or the segment's index in a GSO
+//! send); received IPv4 packets with the Identification their ICRC names
+//! (see `IcrcCheck::Ipv4IdInferred`). What the driver cannot know is said in
+//! the file's comment, and on a packet where it matters (a received packet
+//! whose ICRC failed has no known Identification).
 
-use core::net::IpAddr;
+use core::net::{IpAddr, SocketAddr};
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+use std::time::{Duration as StdDuration, SystemTime};
 
-use roce_proto::DatagramMeta;
+use roce_proto::{DatagramMeta, IcrcCheck, Instant};
 use roce_wire::ethernet::{ethertype, EthernetRepr};
-use roce_wire::{Ipv4Repr, Ipv6Repr, UdpRepr};
+use roce_wire::pcap::{Direction, PcapError, PcapNgWriter};
+use roce_wire::{udp, Ipv4Repr, Ipv6Repr, UdpRepr};
+
+use crate::udp::TTL;
+
+/// The IP fields of a packet that the datagram and its `DatagramMeta` do
+/// not hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct IpFields {
+    /// TOS / traffic class byte.
+    pub tos: u8,
+    /// TTL / hop limit.
+    pub ttl: u8,
+    pub flow_label: u32,
+}
+
+impl IpFields {
+    /// A packet this device sends (the socket fixes TTL and flow label).
+    pub fn sent(tos: u8) -> IpFields {
+        IpFields { tos, ttl: TTL, flow_label: 0 }
+    }
+}
+
+/// An open `--pcap` file.
+pub(crate) struct Capture {
+    writer: PcapNgWriter<BufWriter<File>>,
+    origin_wall: SystemTime,
+}
+
+fn comment(local: SocketAddr) -> String {
+    format!(
+        "Written by roce --pcap: the packets of the RoCEv2 device on UDP {local}, rebuilt around the \
+         UDP payloads its socket sent and received. Sent: recorded once the kernel took them; IP \
+         header as the kernel writes it (IPv4 DF, Identification 0 or the segment's index in a UDP \
+         GSO send; TTL/hop limit {TTL}; IPv6 flow label 0), UDP checksum as the kernel computes it. \
+         Received: addresses, ports, TOS/traffic class, TTL/hop limit and IPv6 flow label as the \
+         socket reported them; IPv4 Identification as the ICRC check inferred it (a UDP socket does \
+         not show it; packets whose ICRC failed say so and show 0); UDP checksum recomputed (the \
+         sender may have sent 0). Ethernet addresses are made up from the IP addresses."
+    )
+}
+
+impl Capture {
+    pub fn create(path: &Path, local: SocketAddr) -> Result<Capture, PcapError> {
+        Ok(Capture { writer: PcapNgWriter::create(path, &comment(local))?, origin_wall: SystemTime::now() })
+    }
+
+    fn timestamp(&self, now: Instant) -> StdDuration {
+        self.origin_wall.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default()
+            + StdDuration::from_nanos(now.as_nanos())
+    }
+
+    /// A datagram the kernel took; `meta.ipv4_id` is the ID it carries.
+    pub fn sent(&mut self, now: Instant, meta: &DatagramMeta, ip: IpFields, datagram: &[u8]) {
+        if let Some(f) = frame(meta, ip, datagram) {
+            let ts = self.timestamp(now);
+            let _ = self.writer.write(ts, &f, Direction::Outbound, None);
+        }
+    }
+
+    /// A datagram received, with what its ICRC check found.
+    pub fn received(
+        &mut self,
+        now: Instant,
+        meta: &DatagramMeta,
+        ip: IpFields,
+        check: IcrcCheck,
+        datagram: &[u8],
+    ) {
+        let v4 = meta.src.is_ipv4();
+        let (id, note) = match check {
+            IcrcCheck::Ipv4IdInferred(id) => (Some(id), None),
+            IcrcCheck::Verified => (meta.ipv4_id, None),
+            IcrcCheck::Failed if v4 => {
+                (None, Some("ICRC failed: the IPv4 Identification is not known and is shown as 0"))
+            }
+            IcrcCheck::Failed => (None, Some("ICRC failed")),
+            IcrcCheck::Malformed => (None, Some("not a RoCEv2 packet the device could check")),
+        };
+        let meta = DatagramMeta { ipv4_id: id, ..*meta };
+        if let Some(f) = frame(&meta, ip, datagram) {
+            let ts = self.timestamp(now);
+            let _ = self.writer.write(ts, &f, Direction::Inbound, note);
+        }
+    }
+
+    pub fn finish(self) -> Result<(), PcapError> {
+        self.writer.finish().map(|_| ())
+    }
+}
 
 /// Locally administered MACs derived from the IP, so conversations read well.
 fn mac(ip: IpAddr) -> [u8; 6] {
     let b = match ip {
         IpAddr::V4(v) => v.octets(),
-        IpAddr::V6(v) => v.octets()[12..16].try_into().unwrap(),
+        IpAddr::V6(v) => v.octets()[12..16].try_into().expect("4 bytes"),
     };
     [0x02, 0x00, b[0], b[1], b[2], b[3]]
 }
 
-/// The Ethernet frame carrying `datagram` (a RoCEv2 UDP payload).
-pub(crate) fn frame(meta: &DatagramMeta, tos: u8, datagram: &[u8]) -> Option<Vec<u8>> {
-    let udp = UdpRepr { src_port: meta.src_port, dst_port: meta.dst_port, checksum: false };
+/// The Ethernet frame carrying `datagram` (a RoCEv2 UDP payload), with a
+/// UDP checksum. `None` if the addresses mix IPv4 and IPv6.
+pub(crate) fn frame(meta: &DatagramMeta, ip: IpFields, datagram: &[u8]) -> Option<Vec<u8>> {
     let (ethertype, ip_len) = match meta.src {
         IpAddr::V4(_) => (ethertype::IPV4, 20),
         IpAddr::V6(_) => (ethertype::IPV6, 40),
     };
     let eth = EthernetRepr { dst: mac(meta.dst), src: mac(meta.src), vlan: None, ethertype };
-    let total = 14 + ip_len + 8 + datagram.len();
-    let mut f = vec![0u8; total];
+    let mut f = vec![0u8; 14 + ip_len + 8 + datagram.len()];
     eth.emit(&mut f);
     let udp_len = 8 + datagram.len();
-    match (meta.src, meta.dst) {
+    let addrs = match (meta.src, meta.dst) {
         (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let ip = Ipv4Repr { src, dst, tos, ident: meta.ipv4_id.unwrap_or(0), dont_frag: true, ttl: 64 };
-            ip.emit(&mut f[14..], udp_len);
+            let ident = meta.ipv4_id.unwrap_or(0);
+            Ipv4Repr { src, dst, tos: ip.tos, ident, dont_frag: true, ttl: ip.ttl }
+                .emit(&mut f[14..], udp_len);
+            14 + 12..14 + 20
         }
         (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let ip = Ipv6Repr { src, dst, traffic_class: tos, flow_label: 0, hop_limit: 64 };
-            ip.emit(&mut f[14..], udp_len);
+            let repr =
+                Ipv6Repr { src, dst, traffic_class: ip.tos, flow_label: ip.flow_label, hop_limit: ip.ttl };
+            repr.emit(&mut f[14..], udp_len);
+            14 + 8..14 + 40
         }
         _ => return None,
-    }
-    udp.emit(&mut f[14 + ip_len..], datagram.len());
-    f[14 + ip_len + 8..].copy_from_slice(datagram);
+    };
+    let at = 14 + ip_len;
+    UdpRepr { src_port: meta.src_port, dst_port: meta.dst_port, checksum: true }
+        .emit(&mut f[at..], datagram.len());
+    f[at + 8..].copy_from_slice(datagram);
+    let sum = udp::checksum(&f[addrs], &f[at..]);
+    f[at + 6..at + 8].copy_from_slice(&sum.to_be_bytes());
     Some(f)
 }

@@ -14,7 +14,9 @@ use std::time::Duration as StdDuration;
 use roce_proto::*;
 use roce_wire::Psn;
 
-use crate::driver::{self, Capture, Core, Shared};
+use crate::capture::Capture;
+use crate::driver::{self, Core, Shared};
+pub use crate::driver::{DriverStats, SendError};
 use crate::error::{Error, Result};
 use crate::udp::UdpIo;
 
@@ -38,11 +40,37 @@ pub struct DeviceConfig {
     pub dscp: u8,
     /// Mark outgoing packets ECN-capable (ECT(0)).
     pub ecn: bool,
+    /// Use UDP GSO where the kernel offers it (several datagrams in one
+    /// send). Off: one datagram per message.
+    pub gso: bool,
+}
+
+/// How a device checks the ICRC of the packets it receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RxIcrcCheck {
+    /// Every bit (IPv6: the socket shows every field the ICRC covers).
+    Full,
+    /// IPv4 on a UDP socket, which does not show the Identification field:
+    /// the ICRC is checked for the one ID that makes it right, so 16 of its
+    /// 32 bits find the ID and a corrupt packet passes with probability
+    /// 2^-16 (the IPv4 header checksum still protects the ID).
+    Ipv4IdInferred,
+}
+
+impl std::fmt::Display for RxIcrcCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            RxIcrcCheck::Full => "full (32 bits)",
+            RxIcrcCheck::Ipv4IdInferred => {
+                "IPv4 ID inferred from the ICRC (a UDP socket cannot see it): 16 of 32 bits check the packet"
+            }
+        })
+    }
 }
 
 impl DeviceConfig {
     pub fn new(bind: SocketAddr) -> DeviceConfig {
-        DeviceConfig { bind, busy_poll: false, pcap: None, seed: None, dscp: 0, ecn: true }
+        DeviceConfig { bind, busy_poll: false, pcap: None, seed: None, dscp: 0, ecn: true, gso: true }
     }
 }
 
@@ -63,9 +91,9 @@ impl Drop for DeviceInner {
         // the last message received, typically), so the peer completes.
         let mut core = self.shared.lock();
         let now = self.shared.now();
-        let _ = core.flush(now);
+        core.flush(now);
         if let Some(c) = core.capture.take() {
-            let _ = c.writer.finish();
+            let _ = c.finish();
         }
     }
 }
@@ -96,7 +124,10 @@ impl Device {
         if cfg.dscp > 63 {
             return Err(Error::Config(format!("DSCP {} is not a 6-bit value", cfg.dscp)));
         }
-        let io = UdpIo::bind(cfg.bind)?;
+        let mut io = UdpIo::bind(cfg.bind)?;
+        if !cfg.gso {
+            io.disable_gso();
+        }
         let local = io.local_addr();
         let mut ecfg = EngineConfig::new(vec![local.ip()]);
         ecfg.fixed_src_port = Some(local.port());
@@ -104,9 +135,9 @@ impl Device {
         let engine = Engine::new(ecfg, cfg.seed.unwrap_or_else(os_seed));
         let mut core = Core::new(engine, io);
         if let Some(path) = &cfg.pcap {
-            let writer = roce_wire::pcap::PcapWriter::create(path)
+            let capture = Capture::create(path, local)
                 .map_err(|e| Error::Config(format!("pcap {}: {e}", path.display())))?;
-            core.capture = Some(Capture { writer, origin_wall: std::time::SystemTime::now() });
+            core.capture = Some(capture);
         }
         let poll = mio::Poll::new()?;
         let fd = core.fd();
@@ -124,6 +155,7 @@ impl Device {
             waker,
             stop: AtomicBool::new(false),
             driver_deadline: AtomicU64::new(u64::MAX),
+            tx_failed: AtomicBool::new(false),
             origin: std::time::Instant::now(),
             busy_poll: cfg.busy_poll,
             local,
@@ -151,7 +183,17 @@ impl Device {
 
     /// Whether UDP GSO and GRO are in use.
     pub fn offloads(&self) -> (bool, bool) {
-        self.shared().lock().offloads()
+        let s = self.driver_stats();
+        (s.gso, s.gro)
+    }
+
+    /// How this device checks the ICRC of what it receives.
+    pub fn rx_icrc_check(&self) -> RxIcrcCheck {
+        if self.gid().is_ipv4() {
+            RxIcrcCheck::Ipv4IdInferred
+        } else {
+            RxIcrcCheck::Full
+        }
     }
 
     /// Receives what is waiting, runs due timers and sends: what a
@@ -175,9 +217,22 @@ impl Device {
         self.shared().lock().engine.counters().clone()
     }
 
-    /// Datagrams the kernel refused (socket buffer full or unreachable).
-    pub fn tx_dropped(&self) -> u64 {
-        self.shared().lock().tx_dropped
+    /// What the driver counted of its socket: datagrams dropped or
+    /// refused, offloads in use.
+    pub fn driver_stats(&self) -> DriverStats {
+        self.shared().lock().stats()
+    }
+
+    /// The first datagram the kernel refused to send, if any (say, "Message
+    /// too long" for a path MTU the route does not carry, or "Network is
+    /// unreachable"). Cheap to call in a polling loop while none failed.
+    /// The transport retries such datagrams until its retry count runs out,
+    /// so this is usually the real reason behind a later `RetryExcErr`.
+    pub fn send_error(&self) -> Option<SendError> {
+        if !self.shared().tx_failed.load(Ordering::Acquire) {
+            return None;
+        }
+        self.driver_stats().first_tx_error
     }
 
     /// The next asynchronous event, if any.

@@ -14,8 +14,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration as StdDuration;
 
 use roce_proto::{DatagramMeta, Engine, Instant};
-use roce_wire::pcap::PcapWriter;
+use roce_wire::icrc::{Ipv4IdIcrc, ICRC_LEN};
 
+use crate::capture::{Capture, IpFields};
 use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 
 /// Bytes reserved per transmit slot: one GSO batch of equal-size packets.
@@ -24,6 +25,45 @@ const SLOT: usize = 65536;
 const MAX_PKT: usize = 4096 + 128;
 /// Segments per GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or 128).
 const MAX_SEGS: usize = 64;
+/// `sendmmsg` calls that find the socket buffer full before the batch's
+/// remaining datagrams are given up (the transport retransmits them).
+const FULL_SPINS: u32 = 10_000;
+
+/// A datagram the kernel refused to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendError {
+    pub dst: SocketAddr,
+    /// Bytes of the datagram (each one, for a GSO run).
+    pub len: usize,
+    pub kind: io::ErrorKind,
+    pub os_error: Option<i32>,
+    /// The system's description of the error.
+    pub message: String,
+}
+
+impl std::fmt::Display for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sending a {}-byte datagram to {} failed: {}", self.len, self.dst, self.message)
+    }
+}
+
+/// What the driver counts of its socket, beside the engine's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverStats {
+    /// Datagrams given up because the socket buffer stayed full (the
+    /// transport retransmits them).
+    pub tx_dropped: u64,
+    /// Datagrams the kernel refused with an error.
+    pub tx_errors: u64,
+    /// The first of those errors.
+    pub first_tx_error: Option<SendError>,
+    /// UDP GSO / GRO in use.
+    pub gso: bool,
+    pub gro: bool,
+    /// Why GSO was turned off after the device opened, if it was (the
+    /// kernel refused a segmented send; the datagrams went out one by one).
+    pub gso_refused: Option<String>,
+}
 
 /// Everything behind the lock.
 pub(crate) struct Core {
@@ -33,8 +73,7 @@ pub(crate) struct Core {
     rx_meta: Vec<RxMeta>,
     tx: Vec<u8>,
     pub capture: Option<Capture>,
-    /// Datagrams the kernel would not take after retrying (socket buffer full).
-    pub tx_dropped: u64,
+    stats: DriverStats,
     /// Threads sleeping on `Shared::cq_cond`. Notifying costs a futex
     /// syscall even with nobody waiting, so progress notifies only when
     /// this is non-zero.
@@ -46,12 +85,6 @@ pub(crate) struct Core {
     rx_hot: bool,
 }
 
-/// Frames written to a pcap file, as Ethernet/IP/UDP around each datagram.
-pub(crate) struct Capture {
-    pub writer: PcapWriter<std::io::BufWriter<std::fs::File>>,
-    pub origin_wall: std::time::SystemTime,
-}
-
 pub(crate) struct Shared {
     pub core: Mutex<Core>,
     /// Signalled after progress that may have produced completions.
@@ -60,6 +93,9 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
     /// The engine time the driver thread sleeps until (u64::MAX: none).
     pub driver_deadline: AtomicU64,
+    /// Set when the kernel refuses a datagram: lets waiting applications
+    /// notice without taking the lock.
+    pub tx_failed: AtomicBool,
     pub origin: std::time::Instant,
     pub busy_poll: bool,
     pub local: SocketAddr,
@@ -85,7 +121,8 @@ impl Shared {
     /// at once: a QP in ERR flushes it).
     pub fn kick(&self, mut core: MutexGuard<'_, Core>) {
         let now = self.now();
-        let _ = core.flush(now);
+        core.flush(now);
+        self.note_tx_failure(&core);
         // In busy-poll mode the application's own progress calls run the
         // timers, and the driver thread looks in at least every millisecond;
         // waking it on every post would cost a syscall and a context switch
@@ -102,27 +139,63 @@ impl Shared {
         drop(core);
         wakers.into_iter().for_each(std::task::Waker::wake);
     }
+
+    /// Publishes a send failure to `tx_failed`.
+    pub fn note_tx_failure(&self, core: &Core) {
+        if core.stats.tx_errors > 0 {
+            self.tx_failed.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// One `sendmmsg` message being assembled at `SLOT * index` in the
+/// transmit buffer: a datagram, or a GSO run of datagrams of `seg` bytes
+/// (the last may be shorter) with the same addresses and TOS.
+#[derive(Clone, Copy)]
+struct Slot {
+    meta: DatagramMeta,
+    dst: SocketAddr,
+    tos: u8,
+    seg: usize,
+    used: usize,
+    open: bool,
+    /// How the ICRC of a `seg`-byte IPv4 datagram moves with its ID.
+    ids: Option<Ipv4IdIcrc>,
+}
+
+impl Slot {
+    fn segments(&self) -> usize {
+        self.used.div_ceil(self.seg)
+    }
+}
+
+/// Moves the ICRC of `pkt` (an IPv4 RoCE datagram, ICRC last) from the one
+/// for IPv4 Identification `from` to the one for `to`.
+fn move_icrc(ids: &mut Option<Ipv4IdIcrc>, pkt: &mut [u8], from: u16, to: u16) {
+    if from == to {
+        return;
+    }
+    let transport = pkt.len() - ICRC_LEN;
+    let lin = match ids {
+        Some(l) if l.transport_len() == transport => *l,
+        _ => Ipv4IdIcrc::new(transport),
+    };
+    let at = pkt.len() - ICRC_LEN;
+    let crc = u32::from_le_bytes(pkt[at..].try_into().expect("ICRC_LEN bytes")) ^ lin.delta(from ^ to);
+    pkt[at..].copy_from_slice(&crc.to_le_bytes());
 }
 
 impl Core {
     pub fn new(engine: Engine, io: UdpIo) -> Core {
+        let stats = DriverStats { gso: io.gso(), gro: io.gro(), ..DriverStats::default() };
         Core {
             engine,
             io,
             rx_bufs: vec![vec![0u8; RX_BUF]; BATCH],
-            rx_meta: vec![
-                RxMeta {
-                    src: SocketAddr::from(([0, 0, 0, 0], 0)),
-                    dst_ip: None,
-                    tos: 0,
-                    len: 0,
-                    stride: 0
-                };
-                BATCH
-            ],
+            rx_meta: vec![RxMeta::default(); BATCH],
             tx: vec![0u8; SLOT * BATCH],
             capture: None,
-            tx_dropped: 0,
+            stats,
             cq_waiters: 0,
             cq_wakers: Vec::new(),
             rx_hot: false,
@@ -143,16 +216,15 @@ impl Core {
         self.io.raw_fd()
     }
 
-    /// Whether the kernel offers UDP GSO and GRO on this socket.
-    pub fn offloads(&self) -> (bool, bool) {
-        (self.io.gso(), self.io.gro())
+    pub fn stats(&self) -> DriverStats {
+        DriverStats { gso: self.io.gso(), ..self.stats.clone() }
     }
 
     /// Receives all waiting datagrams, runs due timers, sends. Returns true
     /// if anything arrived or a timer ran.
     pub fn progress(&mut self, now: Instant) -> io::Result<bool> {
         let activity = self.receive(now, false)?;
-        self.flush(now)?;
+        self.flush(now);
         Ok(activity)
     }
 
@@ -162,7 +234,7 @@ impl Core {
     /// application sees incoming data one `sendmmsg` earlier, and a reply it
     /// posts leaves in the same batch as the ACK.
     pub fn progress_deferred(&mut self, now: Instant) -> io::Result<bool> {
-        self.flush(now)?;
+        self.flush(now);
         self.receive(now, true)
     }
 
@@ -182,6 +254,8 @@ impl Core {
             let n = self.io.recv(&mut self.rx_bufs[..want], &mut self.rx_meta[..want])?;
             for i in 0..n {
                 let m = self.rx_meta[i];
+                // A UDP socket does not show the IPv4 Identification: the
+                // engine infers it from the ICRC.
                 let meta = DatagramMeta {
                     src: m.src.ip(),
                     dst: m.dst_ip.unwrap_or(local.ip()),
@@ -192,10 +266,11 @@ impl Core {
                 };
                 let stride = m.stride.max(1);
                 for chunk in self.rx_bufs[i][..m.len].chunks(stride) {
+                    let check = self.engine.handle_datagram(now, &meta, chunk);
                     if let Some(c) = &mut self.capture {
-                        c.write(&meta, m.tos, chunk, now);
+                        let ip = IpFields { tos: m.tos, ttl: m.ttl, flow_label: m.flow_label };
+                        c.received(now, &meta, ip, check, chunk);
                     }
-                    self.engine.handle_datagram(now, &meta, chunk);
                 }
             }
             activity |= n > 0;
@@ -214,100 +289,209 @@ impl Core {
     /// Sends everything the engine has, in batches: consecutive packets of
     /// equal size to the same destination with the same TOS share one GSO
     /// send where the kernel supports it (a shorter packet may end a batch).
-    pub fn flush(&mut self, now: Instant) -> io::Result<()> {
-        #[derive(Clone, Copy)]
-        struct Slot {
-            dst: SocketAddr,
-            tos: u8,
-            seg: usize,
-            used: usize,
-            open: bool,
-        }
+    ///
+    /// Over IPv4 the kernel numbers a GSO send's segments 0, 1, 2, ... in
+    /// the Identification field; the engine computed every ICRC for ID 0, so
+    /// the k-th segment's ICRC is moved to ID k here. Failures do not stop
+    /// the flush: a GSO send the kernel refuses (no checksum offload on the
+    /// route's device gives EIO) turns GSO off and goes out datagram by
+    /// datagram, with ICRCs moved back to ID 0; any other refusal is counted
+    /// and kept for `Device::send_error`.
+    pub fn flush(&mut self, now: Instant) {
         if !self.engine.has_transmit() {
-            return Ok(());
+            return;
         }
-        let gso = self.io.gso();
-        let empty = Slot { dst: self.io.local_addr(), tos: 0, seg: 0, used: 0, open: false };
+        let local = self.io.local_addr();
+        let meta = DatagramMeta {
+            src: local.ip(),
+            dst: local.ip(),
+            src_port: 0,
+            dst_port: 0,
+            ecn: 0,
+            ipv4_id: None,
+        };
+        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0, open: false, ids: None };
+        let mut slots = [empty; BATCH];
         loop {
-            let mut slots = [empty; BATCH];
-            let mut n = 0;
-            let mut any = false;
+            let n = self.fill(now, &mut slots);
+            if n == 0 {
+                return;
+            }
+            self.send_slots(now, &slots[..n]);
+            if n < BATCH {
+                return;
+            }
+        }
+    }
+
+    /// Polls the engine into up to `BATCH` slots; returns how many hold data.
+    fn fill(&mut self, now: Instant, slots: &mut [Slot; BATCH]) -> usize {
+        let gso = self.io.gso();
+        let v4 = !self.io.is_ipv6();
+        let mut n = 0;
+        loop {
+            // Try to append to the last slot only while a fresh slot is
+            // left to move the packet to if it does not match.
+            let join = n > 0 && n < BATCH && gso && {
+                let l = &slots[n - 1];
+                l.open && l.used + MAX_PKT <= SLOT && l.used / l.seg < MAX_SEGS
+            };
+            if !join && n == BATCH {
+                break;
+            }
+            let at = if join { (n - 1) * SLOT + slots[n - 1].used } else { n * SLOT };
+            let Some(tx) = self.engine.poll_transmit(now, &mut self.tx[at..at + MAX_PKT]) else { break };
+            let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
+            let tos = tx.traffic_class;
+            if join {
+                let l = &mut slots[n - 1];
+                if l.meta == tx.meta && l.tos == tos && tx.len <= l.seg {
+                    if v4 {
+                        let k = (l.used / l.seg) as u16;
+                        if l.ids.is_none() {
+                            l.ids = Some(Ipv4IdIcrc::new(l.seg - ICRC_LEN));
+                        }
+                        move_icrc(&mut l.ids, &mut self.tx[at..at + tx.len], 0, k);
+                    }
+                    l.used += tx.len;
+                    l.open = tx.len == l.seg;
+                    continue;
+                }
+                self.tx.copy_within(at..at + tx.len, n * SLOT);
+            }
+            slots[n] = Slot { meta: tx.meta, dst, tos, seg: tx.len, used: tx.len, open: true, ids: None };
+            n += 1;
+        }
+        n
+    }
+
+    /// Hands the slots to the kernel (`slots[j]` is slot number `j`).
+    fn send_slots(&mut self, now: Instant, slots: &[Slot]) {
+        let n = slots.len();
+        let mut sent = 0;
+        let mut spins = 0;
+        while sent < n {
+            let gso = self.io.gso();
+            // Without GSO a run of segments cannot be one message.
+            let end = (sent..n).find(|&j| !gso && slots[j].segments() > 1).unwrap_or(n);
+            if end == sent {
+                self.send_one_by_one(now, sent, &slots[sent]);
+                sent += 1;
+                continue;
+            }
+            let r = {
+                let mut msgs = [TxMsg { dst: slots[0].dst, tos: 0, data: &[], segment: None }; BATCH];
+                for (j, s) in slots.iter().enumerate().take(end).skip(sent) {
+                    let segment = (s.segments() > 1).then_some(s.seg as u16);
+                    msgs[j - sent] = TxMsg {
+                        dst: s.dst,
+                        tos: s.tos,
+                        data: &self.tx[j * SLOT..j * SLOT + s.used],
+                        segment,
+                    };
+                }
+                self.io.send(&msgs[..end - sent])
+            };
+            match r {
+                Ok(0) => {
+                    // Socket buffer full: give the kernel a moment.
+                    spins += 1;
+                    if spins > FULL_SPINS {
+                        self.stats.tx_dropped +=
+                            slots[sent..].iter().map(|s| s.segments() as u64).sum::<u64>();
+                        return;
+                    }
+                    std::thread::yield_now();
+                }
+                Ok(k) => {
+                    for (j, s) in slots.iter().enumerate().skip(sent).take(k) {
+                        self.capture_sent(now, j, s, true);
+                    }
+                    sent += k;
+                    spins = 0;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if slots[sent].segments() > 1 && gso_refused(&e) => {
+                    self.io.disable_gso();
+                    self.stats.gso_refused = Some(e.to_string());
+                    self.send_one_by_one(now, sent, &slots[sent]);
+                    sent += 1;
+                }
+                Err(e) => {
+                    let s = &slots[sent];
+                    self.record_error(&e, s.dst, s.seg, s.segments());
+                    sent += 1;
+                }
+            }
+        }
+    }
+
+    /// Sends the datagrams of slot `j` one per message, their ICRCs moved
+    /// back to IPv4 ID 0 (what an unsegmented send carries).
+    fn send_one_by_one(&mut self, now: Instant, j: usize, s: &Slot) {
+        let mut ids = s.ids;
+        let v4 = s.meta.src.is_ipv4();
+        for k in 0..s.segments() {
+            let start = j * SLOT + k * s.seg;
+            let end = (start + s.seg).min(j * SLOT + s.used);
+            if v4 {
+                move_icrc(&mut ids, &mut self.tx[start..end], k as u16, 0);
+            }
+            let mut spins = 0;
             loop {
-                // Try to append to the last slot only while a fresh slot is
-                // left to move the packet to if it does not match.
-                let join = n > 0 && n < BATCH && gso && {
-                    let l = slots[n - 1];
-                    l.open && l.used + MAX_PKT <= SLOT && l.used / l.seg < MAX_SEGS
-                };
-                if !join && n == BATCH {
-                    break;
-                }
-                let at = if join { (n - 1) * SLOT + slots[n - 1].used } else { n * SLOT };
-                let Some(tx) = self.engine.poll_transmit(now, &mut self.tx[at..at + MAX_PKT]) else { break };
-                any = true;
-                let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
-                let tos = tx.traffic_class;
-                if let Some(c) = &mut self.capture {
-                    c.write(&tx.meta, tos, &self.tx[at..at + tx.len], now);
-                }
-                if join {
-                    let l = &mut slots[n - 1];
-                    if l.dst == dst && l.tos == tos && tx.len <= l.seg {
-                        l.used += tx.len;
-                        l.open = tx.len == l.seg;
+                let msg = TxMsg { dst: s.dst, tos: s.tos, data: &self.tx[start..end], segment: None };
+                match self.io.send(&[msg]) {
+                    Ok(0) if spins < FULL_SPINS => {
+                        spins += 1;
+                        std::thread::yield_now();
                         continue;
                     }
-                    self.tx.copy_within(at..at + tx.len, n * SLOT);
-                }
-                slots[n] = Slot { dst, tos, seg: tx.len, used: tx.len, open: true };
-                n += 1;
-            }
-            if !any {
-                return Ok(());
-            }
-            let mut msgs = [TxMsg { dst: empty.dst, tos: 0, data: &[], segment: None }; BATCH];
-            for (i, s) in slots[..n].iter().enumerate() {
-                let segment = (s.used > s.seg).then_some(s.seg as u16);
-                msgs[i] =
-                    TxMsg { dst: s.dst, tos: s.tos, data: &self.tx[i * SLOT..i * SLOT + s.used], segment };
-            }
-            let mut sent = 0;
-            let mut spins = 0;
-            while sent < n {
-                match self.io.send(&msgs[sent..n]) {
-                    Ok(0) => {
-                        // Socket buffer full: give the kernel a moment.
-                        spins += 1;
-                        if spins > 10_000 {
-                            break;
+                    Ok(0) => self.stats.tx_dropped += 1,
+                    Ok(_) => {
+                        if let Some(c) = &mut self.capture {
+                            c.sent(now, &s.meta, IpFields::sent(s.tos), &self.tx[start..end]);
                         }
-                        std::thread::yield_now();
                     }
-                    Ok(k) => sent += k,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    // e.g. ECONNREFUSED from an earlier ICMP: the transport retries.
-                    Err(_) => {
-                        sent += 1;
-                        self.tx_dropped += 1;
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => self.record_error(&e, s.dst, end - start, 1),
                 }
+                break;
             }
-            self.tx_dropped += (n - sent) as u64;
-            if n < BATCH {
-                return Ok(());
-            }
+        }
+    }
+
+    /// Records the datagrams of slot `j` in the capture, as sent.
+    fn capture_sent(&mut self, now: Instant, j: usize, s: &Slot, segmented: bool) {
+        let Some(c) = &mut self.capture else { return };
+        for k in 0..s.segments() {
+            let start = j * SLOT + k * s.seg;
+            let end = (start + s.seg).min(j * SLOT + s.used);
+            let id = if segmented && s.meta.src.is_ipv4() { k as u16 } else { 0 };
+            let meta = DatagramMeta { ipv4_id: Some(id), ..s.meta };
+            c.sent(now, &meta, IpFields::sent(s.tos), &self.tx[start..end]);
+        }
+    }
+
+    fn record_error(&mut self, e: &io::Error, dst: SocketAddr, len: usize, datagrams: usize) {
+        self.stats.tx_errors += datagrams as u64;
+        if self.stats.first_tx_error.is_none() {
+            self.stats.first_tx_error = Some(SendError {
+                dst,
+                len,
+                kind: e.kind(),
+                os_error: e.raw_os_error(),
+                message: e.to_string(),
+            });
         }
     }
 }
 
-impl Capture {
-    fn write(&mut self, meta: &DatagramMeta, tos: u8, datagram: &[u8], now: Instant) {
-        let ts = self.origin_wall.duration_since(std::time::UNIX_EPOCH).unwrap_or_default()
-            + StdDuration::from_nanos(now.as_nanos());
-        if let Some(frame) = crate::capture::frame(meta, tos, datagram) {
-            let _ = self.writer.write(ts, &frame);
-        }
-    }
+/// Errors with which Linux refuses a UDP GSO send that plain sends would
+/// get through: EIO when the route's device cannot checksum (udp_send_skb),
+/// EINVAL for a segment size the path does not allow, EOPNOTSUPP /
+/// ENOPROTOOPT where UDP_SEGMENT is unknown.
+fn gso_refused(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
 }
 
 /// The driver thread: progress when the socket is readable or a timer is
@@ -326,11 +510,12 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
                 if due {
                     core.engine.handle_timeout(now);
                 }
-                let _ = core.flush(now);
+                core.flush(now);
                 due
             } else {
                 core.progress(now).unwrap_or(false)
             };
+            shared.note_tx_failure(&core);
             if activity {
                 wakers = core.completion_waiters(&shared.cq_cond);
             }

@@ -1,10 +1,23 @@
 //! Batched UDP I/O with the per-packet metadata RoCEv2 needs: `sendmmsg` and
 //! `recvmmsg`, the IP TOS / IPv6 traffic class of every packet in both
-//! directions (DSCP + ECN: ECT(0) out, CE in), the destination address of
-//! received packets, UDP GSO (`UDP_SEGMENT`) and GRO (`UDP_GRO`) where the
-//! kernel has them. IPv4 packets leave with DF set (`IP_PMTUDISC_DO`), so an
-//! unbound-peer socket sends IP Identification 0 (Linux `ip_select_ident`),
-//! the value the engine's ICRC assumes.
+//! directions (DSCP + ECN: ECT(0) out, CE in), the destination address, TTL
+//! and IPv6 flow label of received packets, UDP GSO (`UDP_SEGMENT`) and GRO
+//! (`UDP_GRO`) where the kernel has them.
+//!
+//! What the socket is set up for, because the ICRC covers the IP header:
+//!
+//! * IPv4 packets leave with DF set (`IP_PMTUDISC_DO`), so an unconnected
+//!   socket sends IP Identification 0 (Linux `ip_select_ident_segs`), and
+//!   the segments of a GSO send carry 0, 1, 2, ... (`inet_gso_segment`
+//!   counts up from the first). The driver fixes each segment's ICRC for
+//!   its ID.
+//! * TTL / hop limit 64 and, over IPv6, no automatic flow label
+//!   (`IPV6_AUTOFLOWLABEL` off): fields the ICRC masks, fixed so that a
+//!   capture written by the driver shows them as they leave.
+//! * IPv6 accepts datagrams with a zero UDP checksum (`UDP_NO_CHECK6_RX`):
+//!   Linux Soft-RoCE and RoCE NICs send them (RFC 6935/6936 allow it for
+//!   tunnels; the ICRC protects the packet). Without it the kernel drops
+//!   them as checksum errors before we see them.
 //!
 //! # Safety argument
 //!
@@ -32,11 +45,16 @@ pub const BATCH: usize = 32;
 pub const RX_BUF: usize = 65536;
 
 const SOL_UDP: libc::c_int = 17;
+const UDP_NO_CHECK6_RX: libc::c_int = 102;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
-/// Room for TOS/TCLASS + pktinfo + GRO segment size (received) or TOS +
-/// segment size (sent).
-const CMSG_BUF_WORDS: usize = 16;
+/// Linux `IPV6_AUTOFLOWLABEL` (include/uapi/linux/in6.h).
+const IPV6_AUTOFLOWLABEL: libc::c_int = 70;
+/// TTL / hop limit of every packet sent.
+pub const TTL: u8 = 64;
+/// Room for TOS/TCLASS + pktinfo + GRO segment size + TTL + flow info
+/// (received: 16 + 40 + 16 + 16 + 16 bytes) or TOS + segment size (sent).
+const CMSG_BUF_WORDS: usize = 24;
 
 /// One datagram (or GSO batch of equal-size datagrams) to send.
 #[derive(Debug, Clone, Copy)]
@@ -57,11 +75,29 @@ pub struct RxMeta {
     pub dst_ip: Option<IpAddr>,
     /// TOS / traffic class byte (ECN in the low 2 bits).
     pub tos: u8,
+    /// TTL / hop limit (0 if the kernel did not say).
+    pub ttl: u8,
+    /// IPv6 flow label (0 for IPv4, or if the kernel did not say).
+    pub flow_label: u32,
     /// Bytes in the buffer.
     pub len: usize,
     /// GRO: the buffer holds datagrams of this size (the last may be shorter);
     /// equal to `len` without GRO.
     pub stride: usize,
+}
+
+impl Default for RxMeta {
+    fn default() -> RxMeta {
+        RxMeta {
+            src: SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)),
+            dst_ip: None,
+            tos: 0,
+            ttl: 0,
+            flow_label: 0,
+            len: 0,
+            stride: 0,
+        }
+    }
 }
 
 /// The message headers, addresses and control buffers of one batch, kept
@@ -134,14 +170,24 @@ impl UdpIo {
         let _ = sock.set_recv_buffer_size(8 << 20);
         let _ = sock.set_send_buffer_size(8 << 20);
         let fd = sock.as_raw_fd();
+        let ttl = libc::c_int::from(TTL);
         if v6 {
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVHOPLIMIT, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_MTU_DISCOVER, libc::IPV6_PMTUDISC_DO)?;
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_UNICAST_HOPS, ttl)?;
+            setsockopt_int(fd, SOL_UDP, UDP_NO_CHECK6_RX, 1)?;
+            // Both exist since Linux 4.x; without them a capture cannot
+            // know the flow label (the ICRC masks it, so the wire is fine).
+            let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, IPV6_AUTOFLOWLABEL, 0);
+            let _ = setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO, 1);
         } else {
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTOS, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_PKTINFO, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
             setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_MTU_DISCOVER, libc::IP_PMTUDISC_DO)?;
+            setsockopt_int(fd, libc::IPPROTO_IP, libc::IP_TTL, ttl)?;
         }
         let gro = setsockopt_int(fd, SOL_UDP, UDP_GRO, 1).is_ok();
         // Probing UDP_SEGMENT with a harmless value tells whether GSO exists;
@@ -157,6 +203,13 @@ impl UdpIo {
     }
     pub fn gso(&self) -> bool {
         self.gso
+    }
+    /// Stops using GSO (the kernel refused a segmented send).
+    pub fn disable_gso(&mut self) {
+        self.gso = false;
+    }
+    pub fn is_ipv6(&self) -> bool {
+        self.v6
     }
     pub fn gro(&self) -> bool {
         self.gro
@@ -266,7 +319,7 @@ impl UdpIo {
             // SAFETY: the kernel filled names[i] up to msg_namelen.
             let src = unsafe { read_sockaddr(&names[i], h.msg_namelen) }
                 .unwrap_or(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)));
-            let mut meta = RxMeta { src, dst_ip: None, tos: 0, len, stride: len };
+            let mut meta = RxMeta { src, dst_ip: None, tos: 0, ttl: 0, flow_label: 0, len, stride: len };
             // SAFETY: walking the control buffer the kernel filled, with the
             // length it reported, through libc's CMSG macros.
             unsafe {
@@ -277,6 +330,16 @@ impl UdpIo {
                         (libc::IPPROTO_IP, libc::IP_TOS) => meta.tos = std::ptr::read_unaligned(data),
                         (libc::IPPROTO_IPV6, libc::IPV6_TCLASS) => {
                             meta.tos = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
+                        }
+                        (libc::IPPROTO_IP, libc::IP_TTL) => {
+                            meta.ttl = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
+                        }
+                        (libc::IPPROTO_IPV6, libc::IPV6_HOPLIMIT) => {
+                            meta.ttl = std::ptr::read_unaligned(data.cast::<libc::c_int>()) as u8
+                        }
+                        (libc::IPPROTO_IPV6, libc::IPV6_FLOWINFO) => {
+                            let fi = u32::from_be(std::ptr::read_unaligned(data.cast::<u32>()));
+                            meta.flow_label = fi & 0x000f_ffff;
                         }
                         (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
                             let pi: libc::in_pktinfo = std::ptr::read_unaligned(data.cast());
@@ -367,7 +430,7 @@ mod tests {
             let sent = a.send(&msgs).unwrap();
             assert_eq!(sent, 2);
             let mut bufs = vec![vec![0u8; RX_BUF]; 8];
-            let mut metas = [RxMeta { src: a.local_addr(), dst_ip: None, tos: 0, len: 0, stride: 0 }; 8];
+            let mut metas = [RxMeta::default(); 8];
             let mut datagrams = Vec::new();
             for _ in 0..1000 {
                 let n = b.recv(&mut bufs, &mut metas).unwrap();
@@ -375,6 +438,7 @@ mod tests {
                     let m = metas[i];
                     assert_eq!(m.src, a.local_addr());
                     assert_eq!(m.dst_ip, Some(b.local_addr().ip()));
+                    assert_eq!(m.ttl, TTL, "{any}");
                     for chunk in bufs[i][..m.len].chunks(m.stride) {
                         datagrams.push((m.tos, chunk.len()));
                     }

@@ -80,9 +80,9 @@ fn every_operation(a: &str, b: &str) {
     eprintln!(
         "x {:?} drop {}\ny {:?} drop {}",
         x.dev.counters(),
-        x.dev.tx_dropped(),
+        x.dev.driver_stats().tx_dropped,
         y.dev.counters(),
-        y.dev.tx_dropped()
+        y.dev.driver_stats().tx_dropped
     );
     assert_eq!(
         wx.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
