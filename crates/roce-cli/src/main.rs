@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod pcap_cmd;
 mod perf;
 mod ping;
+mod report;
 mod soak_cmd;
 
 /// A user-space RoCEv2 / RDMA stack.

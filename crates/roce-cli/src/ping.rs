@@ -1,6 +1,8 @@
 //! `roce ping`: ibv_rc_pingpong over the UDP driver, with its options,
 //! its TCP exchange and its output, so either end can be a stock
-//! `ibv_rc_pingpong -g <index>`.
+//! `ibv_rc_pingpong -g <index>`; with `--ud`, ibv_ud_pingpong (UD QPs,
+//! Q_Key 0x11111111, receive buffers with room for the 40-byte GRH, a
+//! message no larger than the path MTU).
 //!
 //! The exchange (TCP port 18515): the client sends
 //! `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID as 32 hex digits) with its
@@ -12,14 +14,15 @@
 //! first, each end sends again once its previous send completed and the
 //! peer's message arrived.
 
+use std::cell::Cell;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use roce::{
-    Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Psn, Qp, QpBuilder,
-    RecvWr, SendOp, SendWr, WcStatus, WC_ZERO,
+    Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Psn, Qp,
+    QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
 };
 
 use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
@@ -31,6 +34,10 @@ const SEND_WRID: u64 = 2;
 const MSG_LEN: usize = 52;
 /// Largest inline send (the QP is created with this much inline room).
 const MAX_INLINE: u32 = 256;
+/// The Q_Key ibv_ud_pingpong uses on both ends.
+const UD_QKEY: u32 = 0x1111_1111;
+/// Room for the GRH in front of a UD receive (IBTA §11.4.1.1, 40 bytes).
+const GRH_LEN: u32 = 40;
 
 /// Arguments of `roce ping`.
 #[derive(Debug, Clone, clap::Args)]
@@ -74,9 +81,20 @@ pub struct PingArgs {
     /// Run server and client in this process over 127.0.0.1 (or --bind).
     #[arg(long)]
     pub loopback: bool,
-    /// Seconds to wait for the server, or for any progress.
+    /// Seconds to wait for the server, for the peer's part of the
+    /// exchange, or for any progress.
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub timeout: u64,
+    /// Unreliable Datagram QPs, like ibv_ud_pingpong (the message must fit
+    /// in one packet: -s at most the path MTU).
+    #[arg(long)]
+    pub ud: bool,
+    /// Print the device's counters at the end.
+    #[arg(long)]
+    pub counters: bool,
+    /// Send one datagram per message, without UDP GSO.
+    #[arg(long = "no-gso")]
+    pub no_gso: bool,
 }
 
 fn parse_size(s: &str) -> std::result::Result<u32, String> {
@@ -159,8 +177,13 @@ impl Dest {
     }
 
     fn line(&self, side: &str) -> String {
+        self.line_sep(side, ',')
+    }
+
+    /// ibv_ud_pingpong prints its local address with a colon before the GID.
+    fn line_sep(&self, side: &str, sep: char) -> String {
         format!(
-            "  {side} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}, GID {}",
+            "  {side} address:{}LID 0x{:04x}, QPN 0x{:06x}, PSN 0x{:06x}{sep} GID {}",
             if side == "local" { "  " } else { " " },
             self.lid,
             self.qpn,
@@ -173,7 +196,12 @@ impl Dest {
 fn read_msg(s: &mut TcpStream) -> Result<[u8; MSG_LEN]> {
     use std::io::Read;
     let mut b = [0u8; MSG_LEN];
-    s.read_exact(&mut b).map_err(|e| Error(format!("couldn't read the remote address: {e}")))?;
+    s.read_exact(&mut b).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
+            Error("couldn't read the remote address: the peer sent nothing within --timeout".into())
+        }
+        _ => Error(format!("couldn't read the remote address: {e}")),
+    })?;
     Ok(b)
 }
 
@@ -218,13 +246,23 @@ struct End {
     size: u32,
     rx_depth: u32,
     busy_poll: bool,
+    /// UD: where sends go, once the exchange named the peer.
+    ud_dest: Option<Cell<Option<UdDest>>>,
 }
 
 impl End {
     fn open(a: &PingArgs, bind: SocketAddr, pcap: Option<PathBuf>) -> Result<End> {
+        if a.ud && a.size as usize > a.mtu.bytes() {
+            return Err(Error(format!(
+                "a UD message must fit in one packet: -s {} is larger than the path MTU ({})",
+                a.size,
+                a.mtu.bytes()
+            )));
+        }
         let mut cfg = DeviceConfig::new(bind);
         cfg.busy_poll = a.busy_poll;
         cfg.pcap = pcap;
+        cfg.gso = !a.no_gso;
         let dev = Device::open(cfg).map_err(|e| {
             let hint = match &e {
                 roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
@@ -237,14 +275,17 @@ impl End {
         let pd = dev.alloc_pd()?;
         let cq = dev.create_cq(a.rx_depth as usize + 1)?;
         let qp = pd.create_qp(
-            QpBuilder::rc(&cq)
+            if a.ud { QpBuilder::ud(&cq) } else { QpBuilder::rc(&cq) }
                 .max_send_wr(1)
                 .max_recv_wr(a.rx_depth)
                 .max_sge(1, 1)
                 .max_inline_data(MAX_INLINE),
         )?;
-        let buf = MemBuf::new(a.size as usize);
-        buf.fill(0, a.size as usize, 0x7b).map_err(|e| Error(e.to_string()))?;
+        // UD receives start with the GRH: the buffer has room for it in
+        // front of the message (ibv_ud_pingpong's layout).
+        let len = (a.size + if a.ud { GRH_LEN } else { 0 }) as usize;
+        let buf = MemBuf::new(len);
+        buf.fill(0, len, 0x7b).map_err(|e| Error(e.to_string()))?;
         let mr = pd.reg_mr(buf, Access::LOCAL_WRITE)?;
         let port = dev.local_addr().port();
         let me = Dest {
@@ -253,17 +294,42 @@ impl End {
             psn: dev.random_psn().value(),
             gid: gid_bytes(dev.gid()),
         };
-        Ok(End { dev, cq, qp, mr, me, size: a.size, rx_depth: a.rx_depth, busy_poll: a.busy_poll })
+        let ud_dest = a.ud.then(|| Cell::new(None));
+        let end =
+            End { dev, cq, qp, mr, me, size: a.size, rx_depth: a.rx_depth, busy_poll: a.busy_poll, ud_dest };
+        if a.ud {
+            // A UD QP needs nothing from the peer to be ready: RTS and the
+            // receives before the exchange, as ibv_ud_pingpong.
+            end.qp.ready_ud(UD_QKEY, Psn::new(end.me.psn))?;
+            for _ in 0..end.rx_depth {
+                end.post_recv()?;
+            }
+        }
+        Ok(end)
     }
 
     fn post_recv(&self) -> Result<()> {
-        Ok(self.qp.post_recv(RecvWr { wr_id: RECV_WRID, sg_list: vec![self.mr.sge(0, self.size)] })?)
+        let len = self.size + if self.ud_dest.is_some() { GRH_LEN } else { 0 };
+        Ok(self.qp.post_recv(RecvWr { wr_id: RECV_WRID, sg_list: vec![self.mr.sge(0, len)] })?)
     }
 
     fn post_send(&self) -> Result<()> {
-        let mut wr = SendWr::new(SEND_WRID, SendOp::Send, vec![self.mr.sge(0, self.size)]);
+        let mut wr = match &self.ud_dest {
+            None => SendWr::new(SEND_WRID, SendOp::Send, vec![self.mr.sge(0, self.size)]),
+            Some(d) => {
+                let mut wr =
+                    SendWr::new(SEND_WRID, SendOp::Send, vec![self.mr.sge(u64::from(GRH_LEN), self.size)]);
+                wr.ud = d.get();
+                wr
+            }
+        };
         wr.inline = self.size <= MAX_INLINE;
         Ok(self.qp.post_send(wr)?)
+    }
+
+    /// The local address line as the stock tool prints it.
+    fn local_line(&self) -> String {
+        self.me.line_sep("local", if self.ud_dest.is_some() { ':' } else { ',' })
     }
 
     /// `pp_connect_ctx`, then the receives (rc_pingpong posts them in
@@ -279,6 +345,11 @@ impl End {
             return Err(Error(format!("the peer's GID {ip} is not of our IP version ({})", self.dev.gid())));
         }
         let port = if peer.lid == 0 { ROCE_UDP_PORT } else { peer.lid };
+        if let Some(d) = &self.ud_dest {
+            let av = AddressVector { udp_port: Some(port), ..AddressVector::new(ip) };
+            d.set(Some(UdDest { av, remote_qpn: peer.qpn, remote_qkey: UD_QKEY }));
+            return Ok(());
+        }
         let ep = Endpoint { gid: ip, port, qpn: peer.qpn, psn: Psn::new(peer.psn) };
         let opts = ConnectOptions {
             mtu,
@@ -382,18 +453,52 @@ fn run_client(a: &PingArgs, server: &str, bind: Option<IpAddr>, pcap: Option<Pat
         .map_err(|e| Error(format!("cannot resolve the server address {server:?}: {e}")))?
         .collect();
     let mut s = exchange::connect(&addrs, Duration::from_secs(a.timeout))?;
+    bound(&s, a)?;
     let ip = match bind {
         Some(ip) => ip,
         None => s.local_addr().context("TCP socket")?.ip().to_canonical(),
     };
     let udp_port = if a.loopback { 0 } else { a.udp_port };
     let end = End::open(a, SocketAddr::new(ip, udp_port), pcap)?;
-    let mut out = end.me.line("local");
+    let mut out = end.local_line();
     let peer = client_exchange(&mut s, &end.me)?;
     out += &format!("\n{}", peer.line("remote"));
     end.connect(&peer, a.mtu)?;
-    let t = end.run(a.iters, true, Duration::from_secs(a.timeout))?;
-    Ok(format!("{out}\n{}", results(a.size, a.iters, t)))
+    let t = end.run(a.iters, true, Duration::from_secs(a.timeout));
+    end.finish(a, out, t)
+}
+
+/// Bounds every read and write of the exchange by `--timeout`: a peer that
+/// connects and then says nothing is given up on.
+fn bound(s: &TcpStream, a: &PingArgs) -> Result<()> {
+    let t = Some(Duration::from_secs(a.timeout));
+    s.set_read_timeout(t).context("TCP socket")?;
+    s.set_write_timeout(t).context("TCP socket")
+}
+
+impl End {
+    /// The output of a finished (or failed) run: results, counters, and
+    /// the first datagram the kernel refused, if any.
+    fn finish(&self, a: &PingArgs, mut out: String, t: Result<Duration>) -> Result<String> {
+        let counters = a.counters.then(|| crate::report::counters_table(&self.dev));
+        let t = match t {
+            Ok(t) => t,
+            Err(e) => {
+                if let Some(c) = counters {
+                    eprintln!("{c}");
+                }
+                return Err(Error(crate::report::with_send_error(&self.dev, e.0)));
+            }
+        };
+        out = format!("{out}\n{}", results(a.size, a.iters, t));
+        if let Some(c) = counters {
+            out = format!("{out}\n{c}");
+        }
+        if let Some(w) = crate::report::send_error_warning(&self.dev) {
+            eprintln!("{w}");
+        }
+        Ok(out)
+    }
 }
 
 fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool) -> Result<String> {
@@ -402,10 +507,11 @@ fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool) -> Result<String
         None => None,
     };
     if let (Some(e), false) = (&pre, quiet) {
-        println!("{}", e.me.line("local"));
+        println!("{}", e.local_line());
     }
     let (mut s, _) = listener.accept().context("accepting the client")?;
     drop(listener);
+    bound(&s, a)?;
     let printed = pre.is_some();
     let end = match pre {
         Some(e) => e,
@@ -414,11 +520,11 @@ fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool) -> Result<String
             End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone())?
         }
     };
-    let mut out = if printed { String::new() } else { end.me.line("local") + "\n" };
+    let mut out = if printed { String::new() } else { end.local_line() + "\n" };
     let peer = server_exchange(&mut s, &end.me, |p| end.connect(p, a.mtu))?;
     out += &peer.line("remote");
-    let t = end.run(a.iters, false, Duration::from_secs(a.timeout))?;
-    Ok(format!("{out}\n{}", results(a.size, a.iters, t)))
+    let t = end.run(a.iters, false, Duration::from_secs(a.timeout));
+    end.finish(a, out, t)
 }
 
 fn run(a: &PingArgs) -> Result<()> {
@@ -454,10 +560,7 @@ fn run(a: &PingArgs) -> Result<()> {
             println!("{out}");
         }
         None => {
-            let ip = a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-            let l = TcpListener::bind((ip, a.port))
-                .context(format!("cannot listen on TCP {}", SocketAddr::new(ip, a.port)))?;
-            let out = run_server(a, l, false)?;
+            let out = run_server(a, exchange::listen(a.port)?, false)?;
             println!("{out}");
         }
     }

@@ -128,9 +128,17 @@ pub struct PerfArgs {
     /// it when both ends are `roce`).
     #[arg(long)]
     pub verify: bool,
-    /// Seconds to wait for the server to answer, or for any progress.
+    /// Seconds to wait for the server to answer, or for any progress (a
+    /// completion, a packet, a word over TCP) once connected.
     #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = parse_timeout)]
     pub timeout: u64,
+    /// Print the device's counters at the end: packets, retries, NAKs,
+    /// ICRC errors, drops by reason, datagrams the kernel refused.
+    #[arg(long)]
+    pub counters: bool,
+    /// Send one datagram per message, without UDP GSO.
+    #[arg(long = "no-gso")]
+    pub no_gso: bool,
 }
 
 fn parse_num(s: &str, what: &str) -> std::result::Result<u64, String> {
@@ -249,6 +257,8 @@ pub struct Conf {
     pub json: bool,
     pub verify: bool,
     pub timeout: Duration,
+    pub counters: bool,
+    pub gso: bool,
 }
 
 impl Conf {
@@ -346,6 +356,8 @@ impl Conf {
             json: a.json,
             verify: a.verify,
             timeout: Duration::from_secs(a.timeout),
+            counters: a.counters,
+            gso: !a.no_gso,
         })
     }
 

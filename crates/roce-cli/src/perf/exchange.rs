@@ -25,7 +25,7 @@
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce::PathMtu;
@@ -213,6 +213,13 @@ impl Verdict {
 /// when its application drives it.
 pub type Pump = Box<dyn FnMut() + Send>;
 
+/// A measure of the peer's RDMA traffic (packets received from it): while
+/// it grows, the peer is alive even if it says nothing over TCP.
+pub type Activity = Box<dyn FnMut() -> u64 + Send>;
+
+/// How often a wait over TCP looks at the RDMA traffic.
+const PATIENCE_TICK: Duration = Duration::from_millis(250);
+
 /// The TCP connection to the peer and the protocol on it.
 pub struct Oob {
     stream: TcpStream,
@@ -221,12 +228,35 @@ pub struct Oob {
     pub peer_is_roce: bool,
     pub peer_version: String,
     pump: Option<Pump>,
+    /// Give up a wait over TCP after this long without a byte from the
+    /// peer and without a change in `activity`.
+    patience: Option<(Duration, Activity)>,
 }
 
 impl fmt::Debug for Oob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Oob({:?}, {:?})", self.role, self.stream.peer_addr().ok())
     }
+}
+
+/// The server's TCP listener: every address of the host, IPv4 and IPv6
+/// alike (a dual-stack `[::]` socket, or `0.0.0.0` where IPv6 is off), as
+/// perftest and ibv_rc_pingpong listen. The exchange's address family is
+/// independent of the device's: the stock tools speak it over IPv4 only, so
+/// a RoCE run over IPv6 GIDs takes its exchange over IPv4.
+pub fn listen(port: u16) -> Result<TcpListener> {
+    let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
+    let dual = || -> std::io::Result<TcpListener> {
+        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
+        s.set_only_v6(false)?;
+        s.set_reuse_address(true)?;
+        s.bind(&any6.into())?;
+        s.listen(16)?;
+        Ok(s.into())
+    };
+    dual()
+        .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
+        .map_err(|e| Error(format!("cannot listen on TCP port {port}: {e}")))
 }
 
 /// Connects to the first reachable address, retrying refused connections
@@ -259,7 +289,15 @@ pub fn connect(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream> {
 impl Oob {
     pub fn new(stream: TcpStream, role: Role) -> Oob {
         let _ = stream.set_nodelay(true);
-        Oob { stream, role, peer_is_roce: false, peer_version: String::new(), pump: None }
+        Oob { stream, role, peer_is_roce: false, peer_version: String::new(), pump: None, patience: None }
+    }
+
+    /// Bounds every wait for the peer over TCP: it fails once `limit` has
+    /// passed with neither a byte over TCP nor a change in `activity`. A
+    /// bandwidth server says nothing over TCP while the client runs, but
+    /// its RDMA traffic arrives; a peer that does neither is gone.
+    pub fn set_patience(&mut self, limit: Duration, activity: Activity) {
+        self.patience = Some((limit, activity));
     }
 
     /// Runs `pump` over and over while waiting for the peer (the socket
@@ -335,6 +373,9 @@ impl Oob {
     }
 
     fn recv(&mut self, b: &mut [u8]) -> Result<()> {
+        if self.patience.is_some() {
+            return self.recv_patiently(b);
+        }
         self.read_full(b, None).map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => Error("the peer closed the TCP connection early".into()),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
@@ -342,6 +383,39 @@ impl Oob {
             }
             _ => Error(format!("receiving from the peer over TCP: {e}")),
         })
+    }
+
+    fn recv_patiently(&mut self, b: &mut [u8]) -> Result<()> {
+        let mut got = 0;
+        let mut seen = self.patience.as_mut().map(|(_, a)| a());
+        let mut quiet_since = Instant::now();
+        while got < b.len() {
+            match self.read_some(&mut b[got..], Some(Instant::now() + PATIENCE_TICK)) {
+                Ok(0) => return Err(Error("the peer closed the TCP connection early".into())),
+                Ok(n) => {
+                    got += n;
+                    quiet_since = Instant::now();
+                }
+                Err(e)
+                    if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    let Some((limit, activity)) = self.patience.as_mut() else { continue };
+                    let now = Some(activity());
+                    if now != seen {
+                        seen = now;
+                        quiet_since = Instant::now();
+                    } else if quiet_since.elapsed() >= *limit {
+                        return Err(Error(format!(
+                            "timed out: nothing from the peer over TCP and no RDMA traffic from it for {:.0} s",
+                            limit.as_secs_f64()
+                        )));
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error(format!("receiving from the peer over TCP: {e}"))),
+            }
+        }
+        Ok(())
     }
 
     /// One symmetric exchange (`ctx_xchg_data`): the client writes first.

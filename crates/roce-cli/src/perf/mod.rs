@@ -189,12 +189,7 @@ fn server(
     };
     let listener = match listener {
         Some(l) => l,
-        None => {
-            let ip = conf.bind.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-            let port = conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT);
-            TcpListener::bind((ip, port))
-                .context(format!("cannot listen on TCP {}", SocketAddr::new(ip, port)))?
-        }
+        None => exchange::listen(conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT))?,
     };
     if !quiet && !conf.json {
         println!("\n************************************");
@@ -226,6 +221,8 @@ fn run_end(conf: &Conf, mut oob: Oob, side: Option<run::RdmaSide>, end: &End) ->
         mtu: conf.mtu_for(ip),
         linger: conf.timeout,
     };
+    let dev = side.device();
+    oob.set_patience(conf.timeout, Box::new(move || dev.counters().rcvd_pkts));
     if conf.busy_poll {
         // A busy-polling device receives only when driven: keep it going
         // while we wait for the peer over TCP.

@@ -52,6 +52,8 @@ pub struct HeaderInfo<'a> {
     pub cq_mod: u32,
     pub mtu: usize,
     pub out_reads: u32,
+    /// How received ICRCs are checked (`Device::rx_icrc_check`).
+    pub icrc_check: String,
 }
 
 /// `ctx_print_test_info`.
@@ -92,6 +94,7 @@ pub fn header(h: &HeaderInfo<'_>) -> String {
     }
     s += " rdma_cm QPs\t : OFF\n";
     s += " Data ex. method : Ethernet\n";
+    s += &format!(" ICRC check      : {}\n", h.icrc_check);
     s += RESULT_LINE;
     s
 }

@@ -167,6 +167,7 @@ impl RdmaSide {
         let mut cfg = DeviceConfig::new(bind);
         cfg.busy_poll = conf.busy_poll;
         cfg.pcap = pcap;
+        cfg.gso = conf.gso;
         let dev = Device::open(cfg).map_err(|e| {
             let hint = match &e {
                 roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
@@ -311,6 +312,19 @@ impl RdmaSide {
     /// Ends the run: prints the JSON document and turns data-check
     /// failures into an error.
     pub fn finish(mut self, r: Result<()>) -> Result<()> {
+        let r = r.map_err(|e| Error(crate::report::with_send_error(&self.dev, e.0)));
+        if self.conf.counters && !self.quiet {
+            if self.conf.json {
+                self.json.insert("counters".into(), crate::report::counters_json(&self.dev));
+            } else {
+                println!("{}", crate::report::counters_table(&self.dev));
+            }
+        }
+        if r.is_ok() && !self.quiet {
+            if let Some(w) = crate::report::send_error_warning(&self.dev) {
+                eprintln!("{w}");
+            }
+        }
         if self.conf.json && !self.quiet {
             let check = if r.is_err() || !self.failures.is_empty() {
                 "failed"
@@ -418,6 +432,7 @@ impl Side for RdmaSide {
             cq_mod: c.cq_mod,
             mtu: self.mtu.bytes(),
             out_reads: c.out_reads.into(),
+            icrc_check: self.dev.rx_icrc_check().to_string(),
         };
         self.say(&report::header(&h));
         let role = if self.role == Role::Server { "server" } else { "client" };
@@ -439,6 +454,7 @@ impl Side for RdmaSide {
             (Kind::Bw, false) => "MB/sec",
         };
         j.insert("unit".into(), unit.into());
+        j.insert("icrc_check".into(), self.dev.rx_icrc_check().to_string().into());
     }
 
     fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool) -> Result<()> {
