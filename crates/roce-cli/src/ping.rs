@@ -89,6 +89,11 @@ pub struct PingArgs {
     /// in one packet: -s at most the path MTU).
     #[arg(long)]
     pub ud: bool,
+    /// Validate received buffers as the stock tools' --chk does: the sender
+    /// writes a marker at the start of every page of the message, the
+    /// receiver checks it (a mismatch fails the run).
+    #[arg(short = 'c', long)]
+    pub chk: bool,
     /// Print the device's counters at the end.
     #[arg(long)]
     pub counters: bool,
@@ -248,6 +253,16 @@ struct End {
     busy_poll: bool,
     /// UD: where sends go, once the exchange named the peer.
     ud_dest: Option<Cell<Option<UdDest>>>,
+    chk: bool,
+}
+
+/// The page size the stock tools' `--chk` marks the message by.
+const CHK_PAGE: usize = 4096;
+
+/// The marker `--chk` writes at the start of page `page` of a message:
+/// rdma-core's pingpong examples write `page % sizeof(char)`, which is 0.
+fn chk_marker(page: usize) -> u8 {
+    (page % std::mem::size_of::<std::ffi::c_char>()) as u8
 }
 
 impl End {
@@ -295,8 +310,18 @@ impl End {
             gid: gid_bytes(dev.gid()),
         };
         let ud_dest = a.ud.then(|| Cell::new(None));
-        let end =
-            End { dev, cq, qp, mr, me, size: a.size, rx_depth: a.rx_depth, busy_poll: a.busy_poll, ud_dest };
+        let end = End {
+            dev,
+            cq,
+            qp,
+            mr,
+            me,
+            size: a.size,
+            rx_depth: a.rx_depth,
+            busy_poll: a.busy_poll,
+            ud_dest,
+            chk: a.chk,
+        };
         if a.ud {
             // A UD QP needs nothing from the peer to be ready: RTS and the
             // receives before the exchange, as ibv_ud_pingpong.
@@ -313,7 +338,22 @@ impl End {
         Ok(self.qp.post_recv(RecvWr { wr_id: RECV_WRID, sg_list: vec![self.mr.sge(0, len)] })?)
     }
 
+    /// Where the message starts in the buffer (UD: after the GRH).
+    fn msg_offset(&self) -> usize {
+        if self.ud_dest.is_some() {
+            GRH_LEN as usize
+        } else {
+            0
+        }
+    }
+
     fn post_send(&self) -> Result<()> {
+        if self.chk {
+            for (page, at) in (0..self.size as usize).step_by(CHK_PAGE).enumerate() {
+                let buf = self.mr.buf();
+                buf.write(self.msg_offset() + at, &[chk_marker(page)]).map_err(|e| Error(e.to_string()))?;
+            }
+        }
         let mut wr = match &self.ud_dest {
             None => SendWr::new(SEND_WRID, SendOp::Send, vec![self.mr.sge(0, self.size)]),
             Some(d) => {
@@ -325,6 +365,18 @@ impl End {
         };
         wr.inline = self.size <= MAX_INLINE;
         Ok(self.qp.post_send(wr)?)
+    }
+
+    /// `--chk`: the markers of the message just received.
+    fn check_received(&self) -> Result<()> {
+        for (page, at) in (0..self.size as usize).step_by(CHK_PAGE).enumerate() {
+            let mut b = [0u8];
+            self.mr.buf().read(self.msg_offset() + at, &mut b).map_err(|e| Error(e.to_string()))?;
+            if b[0] != chk_marker(page) {
+                return Err(Error(format!("invalid data in page {page}: {:#04x}", b[0])));
+            }
+        }
+        Ok(())
     }
 
     /// The local address line as the stock tool prints it.
@@ -405,6 +457,9 @@ impl End {
                 match wc.wr_id {
                     SEND_WRID => scnt += 1,
                     RECV_WRID => {
+                        if self.chk {
+                            self.check_received()?;
+                        }
                         routs -= 1;
                         if routs <= 1 {
                             while routs < self.rx_depth {

@@ -325,3 +325,191 @@ fn loopback_capture_passes_the_oracle() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `roce` with `args`, killing it if it is still running after
+/// `limit` (a hang fails the test instead of stalling the suite).
+fn roce_bounded(args: &[&str], limit: Duration) -> Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_roce"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("roce runs");
+    wait_bounded(child, limit, &format!("{args:?}"))
+}
+
+fn wait_bounded(mut child: std::process::Child, limit: Duration, what: &str) -> Output {
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            let (out, err) = text(&o);
+            panic!("{what} still ran after {limit:?}:\n{out}\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// Runs `roce` with `args`, expects it to fail within `limit` with `msg`.
+fn fails_in_time(args: &[&str], limit: Duration, msg: &str) {
+    let o = roce_bounded(args, limit);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}:\n{out}\n{err}");
+    assert!(err.contains(msg), "{args:?}: expected {msg:?} in:\n{err}");
+}
+
+/// A peer that connects (or accepts) over TCP and then says nothing: every
+/// phase of the exchange gives up after `--timeout`, on both ends.
+#[test]
+fn silent_exchange_peers_time_out() {
+    // A server that accepts and never answers.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port().to_string();
+    let held = std::thread::spawn(move || {
+        let mut conns = Vec::new();
+        for c in l.incoming().take(2) {
+            conns.push(c.unwrap());
+        }
+        conns
+    });
+    let limit = Duration::from_secs(15);
+    fails_in_time(
+        &["ping", "127.0.0.1", "-p", &port, "--timeout", "1", "--udp-port", "0"],
+        limit,
+        "the peer sent nothing within --timeout",
+    );
+    fails_in_time(
+        &["perf", "write-bw", "127.0.0.1", "-p", &port, "--timeout", "1", "--udp-port", "0"],
+        limit,
+        "timed out",
+    );
+    drop(held.join().unwrap());
+
+    // A client that connects and never speaks.
+    for cmd in [&["ping"][..], &["perf", "write-bw"][..]] {
+        let tcp = free_tcp_port().to_string();
+        let mut a = cmd.to_vec();
+        a.extend_from_slice(&["-p", &tcp, "--bind", "127.0.0.1", "--udp-port", "0", "--timeout", "1"]);
+        let server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(&a)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let silent = roce_connect(&tcp);
+        let o = wait_bounded(server, limit, &format!("{a:?}"));
+        drop(silent);
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{a:?}:\n{out}\n{err}");
+        assert!(err.contains("timed out") || err.contains("within --timeout"), "{a:?}: {err}");
+    }
+}
+
+/// Connects to a local TCP port, retrying until the server listens.
+fn roce_connect(port: &str) -> std::net::TcpStream {
+    for _ in 0..200 {
+        if let Ok(s) = std::net::TcpStream::connect(format!("127.0.0.1:{port}")) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("nothing listens on TCP {port}");
+}
+
+/// A peer that stops dead mid-run (SIGSTOP: its TCP connection stays open,
+/// nothing more comes over TCP or RDMA): the other end gives up after
+/// `--timeout` instead of waiting for ever.
+#[test]
+fn a_frozen_peer_mid_run_times_out() {
+    use std::io::BufRead;
+    for (test, freeze_client) in [("write-bw", true), ("write-bw", false), ("send-lat", true)] {
+        let (tcp, u1) = (free_tcp_port().to_string(), free_udp_port().to_string());
+        let srv = ["perf", test, "-p", &tcp, "--udp-port", &u1, "--bind", "127.0.0.1", "-D", "60"];
+        let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(srv)
+            .args(["--timeout", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let cli = ["perf", test, "127.0.0.1", "-p", &tcp, "--udp-port", "0", "-D", "60", "--timeout", "2"];
+        let mut client = Command::new(env!("CARGO_BIN_EXE_roce"))
+            .args(cli)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Freeze one end once both have exchanged their addresses.
+        let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
+        assert!(
+            lines.by_ref().map_while(|l| l.ok()).any(|l| l.starts_with(" remote address:")),
+            "{test}: the client never connected"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let (frozen, live) =
+            if freeze_client { (&mut client, &mut server) } else { (&mut server, &mut client) };
+        let pid = frozen.id().to_string();
+        assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+        let t = std::time::Instant::now();
+        let status = loop {
+            if let Some(s) = live.try_wait().unwrap() {
+                break Some(s);
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+        let _ = frozen.wait();
+        let _ = live.kill();
+        let mut err = String::new();
+        let _ = std::io::Read::read_to_string(live.stderr.as_mut().unwrap(), &mut err);
+        let who = if freeze_client { "server" } else { "client" };
+        let status =
+            status.unwrap_or_else(|| panic!("{test}: the {who} still waits 30 s after its peer froze"));
+        assert_eq!(status.code(), Some(1), "{test} {who}: {err}");
+        assert!(!err.contains("panicked"), "{test} {who}: {err}");
+    }
+}
+
+/// `--counters` prints the device's counters; `roce ping --ud` and `-c`
+/// run ibv_ud_pingpong's and the data check's variants.
+#[test]
+fn counters_ud_and_chk_over_loopback() {
+    let value = |out: &str, name: &str| -> u64 {
+        let line = out.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap_or_else(|| {
+            panic!("no counter {name} in:\n{out}");
+        });
+        line.rsplit(':').next().unwrap().trim().parse().unwrap()
+    };
+    let o = roce(&["perf", "write-bw", "--loopback", "-n", "50", "--counters"]);
+    let out = assert_ok(&o, "perf --counters");
+    assert!(out.contains("ICRC check (receive)        : IPv4 ID inferred"), "{out}");
+    assert!(out.contains(" ICRC check      : IPv4 ID inferred"), "{out}");
+    assert!(value(&out, "rcvd_pkts") > 0 && value(&out, "sent_pkts") > 0, "{out}");
+    assert_eq!(value(&out, "icrc_errors"), 0, "{out}");
+    assert_eq!(value(&out, "icrc_ipv4_id_inferred"), value(&out, "rcvd_pkts"), "{out}");
+    assert_eq!(value(&out, "tx_errors"), 0, "{out}");
+
+    let o = roce(&["perf", "write-bw", "--loopback", "-n", "50", "--counters", "--json", "--no-gso"]);
+    let out = assert_ok(&o, "perf --counters --json");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["counters"]["engine"]["icrc_errors"], 0, "{out}");
+    assert_eq!(v["counters"]["gso"], false, "{out}");
+
+    for extra in [&["--ud", "-s", "1024"][..], &["-s", "10000"][..]] {
+        let mut a = vec!["ping", "--loopback", "--udp-port", "0", "-n", "40", "-c", "--counters"];
+        a.extend_from_slice(extra);
+        let out = assert_ok(&roce(&a), &a.join(" "));
+        assert!(out.contains("40 iters in "), "{out}");
+        assert_eq!(value(&out, "rdma_recvs"), 40, "{out}");
+        assert_eq!(value(&out, "icrc_errors"), 0, "{out}");
+    }
+    let o = roce(&["ping", "--loopback", "--ud", "-s", "2000"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("larger than the path MTU (1024)"), "{err}");
+}
