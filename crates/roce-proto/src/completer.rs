@@ -10,15 +10,28 @@
 //! restarts transmission at its PSN (go-back-N, §9.7.5.2.5). An RNR NAK waits
 //! the RNR timer and retries, `rnr_retry` times (7 = forever, §9.7.5.2.8). The
 //! local ACK timeout (4.096 us x 2^timeout, §9.7.6.1.3) retries `retry_cnt`
-//! times. Exhaustion, remote access/invalid request/operational NAKs and
+//! times.
+//!
+//! A gap in the responses (a READ response, atomic ACK or ACK past a PSN
+//! whose answer never came) restarts transmission once per gap: the
+//! responses already on their way from before the restart show the same gap
+//! and are ignored (as rxe_comp.c does with `started_retry`). Restarting on
+//! each of them would re-send the READs every time, and a responder that
+//! starts its replay over on every repeated READ (rxe does) would never
+//! finish one. There can be at most one such response per PSN that was
+//! outstanding past the gap; more responses showing the same gap are
+//! answers to the restart whose first one was lost, and restart it again
+//! without waiting for the ACK timer. So does one that comes an eighth of
+//! the ACK timeout after the restart (a replay takes far less), so that
+//! recovering a gap costs no transport retry unless the link stays silent. Exhaustion, remote access/invalid request/operational NAKs and
 //! local errors complete the WQE in error and move the QP to ERR, which
 //! flushes every other WQE (§10.3.1, §11.6.2).
 
 use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
 use crate::engine::Res;
-use crate::qp::Qp;
-use crate::time::{ack_timeout, rnr_timer, Instant};
+use crate::qp::{GapRetry, Qp};
+use crate::time::{ack_timeout, rnr_timer, Duration, Instant};
 use crate::verbs::{AsyncEvent, QpState, SendOp, Wc, WcStatus};
 
 /// Pops finished WQEs off the front of the SQ, raising completions: always
@@ -110,6 +123,29 @@ fn rearm(qp: &mut Qp, now: Instant) {
     } else {
         None
     };
+}
+
+/// A response showed that the answer to `at` was lost: restart there, unless
+/// that restart was already made (see the module docs).
+fn gap_retry(qp: &mut Qp, res: &mut Res, now: Instant, at: Psn) {
+    let patience = ack_timeout(qp.attr.timeout).map(|d| Duration(d.0 / 8));
+    if let Some(g) = &mut qp.comp.gap_retry {
+        let recent = patience.is_none_or(|p| now < g.when + p);
+        if g.at == at && g.stale > 0 && recent {
+            g.stale -= 1;
+            res.counters.out_of_seq_response += 1;
+            return;
+        }
+    }
+    restarted_at(qp, now, at);
+    retry_from(qp, at);
+    rearm(qp, now);
+}
+
+/// Records a restart of transmission at `at` caused by a response gap.
+fn restarted_at(qp: &mut Qp, now: Instant, at: Psn) {
+    let stale = qp.req.psn_hi.distance(at).max(0) as u32;
+    qp.comp.gap_retry = Some(GapRetry { at, stale, when: now });
 }
 
 /// Forward progress resets the retry counters (IBTA §9.7.6.1.3/.4).
@@ -274,18 +310,14 @@ pub(crate) fn handle_response(
 
 fn on_ack(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn) {
     match ack_before(qp, res, psn.next()) {
-        Implied::Retry(at) => {
-            retry_from(qp, at);
-            rearm(qp, now);
-        }
+        Implied::Retry(at) => gap_retry(qp, res, now, at),
         Implied::Ok { advanced } => {
             // An ACK at or past the request PSN of a READ/atomic whose response
             // has not come means that response was lost (implied NAK).
             let front = qp.sq.iter().find(|w| w.done.is_none());
             if let Some(w) = front {
                 if w.started && w.wr.op.is_read_or_atomic() && !psn.is_before(w.first_psn) {
-                    retry_from(qp, qp.comp.psn);
-                    rearm(qp, now);
+                    gap_retry(qp, res, now, qp.comp.psn);
                     return;
                 }
             }
@@ -307,6 +339,9 @@ fn on_seq_nak(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn) {
             psn
         }
     };
+    // The responder NAKs a gap once; what it drops after it shows no gap
+    // of its own to us.
+    restarted_at(qp, now, at);
     retry_from(qp, at);
     rearm(qp, now);
 }
@@ -342,8 +377,7 @@ fn on_read_response(
 ) {
     let psn = pkt.bth.psn;
     if let Implied::Retry(at) = ack_before(qp, res, psn) {
-        retry_from(qp, at);
-        rearm(qp, now);
+        gap_retry(qp, res, now, at);
         return;
     }
     let mtu = qp.mtu() as u64;
@@ -360,8 +394,7 @@ fn on_read_response(
     }
     if psn != qp.comp.psn {
         // A response packet was lost: ask again from the first missing one.
-        retry_from(qp, qp.comp.psn);
-        rearm(qp, now);
+        gap_retry(qp, res, now, qp.comp.psn);
         return;
     }
     let offset = psn.distance(w.first_psn) as u64 * mtu;
@@ -396,8 +429,7 @@ fn on_read_response(
 
 fn on_atomic_ack(qp: &mut Qp, res: &mut Res, now: Instant, psn: Psn, orig: u64) {
     if let Implied::Retry(at) = ack_before(qp, res, psn) {
-        retry_from(qp, at);
-        rearm(qp, now);
+        gap_retry(qp, res, now, at);
         return;
     }
     let pd = qp.init.pd;

@@ -75,6 +75,9 @@ counters! {
     dup_no_resource_dropped,
     /// Responses ignored as duplicates.
     duplicate_response,
+    /// Responses beyond a gap the requester has already asked to fill
+    /// (ignored until the answers to that request arrive).
+    out_of_seq_response,
     /// Packets received with ECN CE.
     ecn_ce_rcvd,
     /// CNPs received.

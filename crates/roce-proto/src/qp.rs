@@ -108,6 +108,18 @@ pub(crate) struct ReqState {
     pub last_ud_dest: Option<crate::verbs::UdDest>,
 }
 
+/// A restart of transmission that a gap in the responses caused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GapRetry {
+    /// Where transmission restarted.
+    pub at: Psn,
+    /// Responses from before the restart that may still arrive (one per
+    /// PSN that was outstanding past `at`).
+    pub stale: u32,
+    /// When; a repeat is allowed after a fraction of the ACK timeout.
+    pub when: Instant,
+}
+
 /// Completer progress (rxe_comp.c's `qp->comp`).
 #[derive(Debug, Default)]
 pub(crate) struct CompState {
@@ -119,6 +131,8 @@ pub(crate) struct CompState {
     pub ack_deadline: Option<Instant>,
     /// While set, the requester waits (RNR back-off) until this time.
     pub rnr_until: Option<Instant>,
+    /// The last restart a response gap caused (see `completer`).
+    pub gap_retry: Option<GapRetry>,
 }
 
 /// A receive work request waiting for a message.

@@ -701,3 +701,45 @@ fn unsignalled_tail_is_acknowledged_without_spending_retries() {
     assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Rts), "retry_cnt 0 was not spent");
     assert_eq!(p.e[A].counters().completer_retry_err, 0);
 }
+
+/// A lost READ response restarts the READs once (§9.7.5.2.4): the responses
+/// already on their way behind the gap do not each restart them again, so
+/// a responder that replays a repeated READ from the start (rxe does) gets
+/// to finish. One response of the first of two 8-packet READs is lost.
+#[test]
+fn a_lost_read_response_restarts_the_reads_once() {
+    let mut p = Pair::new(41);
+    let (a_mem, b_mem) = (
+        p.region(A, 1 << 16, 0x1000_0000, Access::LOCAL_WRITE),
+        p.region(B, 1 << 16, 0x2000_0000, Access::LOCAL_WRITE | Access::REMOTE_READ),
+    );
+    let pattern: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7 + 1) as u8).collect();
+    b_mem.buf.write(0, &pattern).unwrap();
+    let c = p.connect(PathMtu::Mtu1024, [100, 200], |_| {});
+    for (i, off) in [0u64, 8192].into_iter().enumerate() {
+        let op = SendOp::Read { remote_addr: b_mem.keys.addr + off, rkey: b_mem.keys.rkey };
+        p.e[A].post_send(c.qpn[0], SendWr::new(i as u64 + 1, op, vec![sge(&a_mem, off, 8192)])).unwrap();
+    }
+    let mut responses = 0;
+    p.run_with(
+        |from, b| {
+            if from == B && (0x0d..=0x0f).contains(&b[0]) {
+                responses += 1;
+                return responses != 3;
+            }
+            true
+        },
+        10_000,
+    );
+    let wcs: Vec<_> = p.poll(A).iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(wcs, [(1, WcStatus::Success), (2, WcStatus::Success)]);
+    let mut got = vec![0u8; 16384];
+    a_mem.buf.read(0, &mut got).unwrap();
+    assert!(got == pattern[..16384], "READ data differs");
+    let requests = p.trace.iter().filter(|(from, b)| *from == A && b[0] == 0x0c).count();
+    assert_eq!(requests, 4, "2 READs, then once more from the gap: the rest of the first and the second");
+    let c = p.e[A].counters();
+    assert_eq!(c.completer_retry_err, 0, "recovered without a timeout");
+    // 13 responses came behind the gap: the first restarted, 12 were ignored.
+    assert_eq!(c.out_of_seq_response, 12, "the responses behind the gap, ignored");
+}
