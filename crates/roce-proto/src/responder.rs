@@ -14,6 +14,13 @@
 //! cumulative and coalesced: requests handled before the next transmit
 //! opportunity share one ACK carrying the latest PSN and the MSN.
 //!
+//! After a NAK, the request that resumes the expected sequence is ACKed
+//! even without AckReq (a responder may acknowledge any request). A
+//! requester learns the gap is filled: Linux rxe ignores further sequence
+//! NAKs of a retried message until an ACK resets its retry state, and would
+//! otherwise answer the next loss in the same message only after its ACK
+//! timeout.
+//!
 //! UC drops what it cannot take (no ACKs, no NAKs; a lost packet drops the
 //! rest of its message, §9.7.5.1.x). UD checks the Q_Key (§10.2.5) and places
 //! a 40-byte GRH before the payload (ibverbs convention).
@@ -90,8 +97,10 @@ fn rc_request(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RoceP
     }
     match execute(qp, res, info, pkt) {
         Ok(()) => {
-            qp.resp.nak_sent = false;
-            if pkt.bth.ack_req && matches!(info.operation, Operation::Send | Operation::RdmaWrite) {
+            let resumed = std::mem::replace(&mut qp.resp.nak_sent, false);
+            if (pkt.bth.ack_req || resumed)
+                && matches!(info.operation, Operation::Send | Operation::RdmaWrite)
+            {
                 push_ack(qp);
             }
         }
