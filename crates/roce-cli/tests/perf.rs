@@ -480,9 +480,10 @@ fn a_frozen_peer_mid_run_times_out() {
 #[test]
 fn counters_ud_and_chk_over_loopback() {
     let value = |out: &str, name: &str| -> u64 {
-        let line = out.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap_or_else(|| {
-            panic!("no counter {name} in:\n{out}");
-        });
+        let line =
+            out.lines().find(|l| l.trim_start().starts_with(&format!("{name} "))).unwrap_or_else(|| {
+                panic!("no counter {name} in:\n{out}");
+            });
         line.rsplit(':').next().unwrap().trim().parse().unwrap()
     };
     let o = roce(&["perf", "write-bw", "--loopback", "-n", "50", "--counters"]);

@@ -1,5 +1,6 @@
-//! What the workspace's tests share: whether they run under CI, and where
-//! the external pcap oracle (`../shared/tools/roce-pcap-check`) is.
+//! What the workspace's tests share: whether they run under CI, where the
+//! external pcap oracle (`../shared/tools/roce-pcap-check`) is, and where
+//! the Soft-RoCE lab (`../shared/tools/rxe-lab`) is.
 //!
 //! The oracle rule is the same everywhere: where the oracle or what it needs
 //! (python3, scapy, and under CI tshark) is missing, a test skips with a
@@ -58,6 +59,33 @@ pub fn pcap_oracle() -> Option<PathBuf> {
             std::io::stderr(),
             "note: tshark not found; the oracle runs without its tshark comparison"
         );
+    }
+    Some(path)
+}
+
+/// The `rxe-lab` tool (`ROCE_RXE_LAB`, else the shared tools beside the
+/// repository), if it and what it needs are here: root (it makes a network
+/// namespace and a tap device) and the tool itself. `None` after a notice
+/// on stderr saying why.
+///
+/// # Panics
+/// Under CI, when the tool is missing (root is the only thing CI may lack).
+pub fn rxe_lab() -> Option<PathBuf> {
+    let path = std::env::var_os("ROCE_RXE_LAB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/tools/rxe-lab/rxe-lab"));
+    let skip = |why: String| {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: the Soft-RoCE interop suite cannot run here: {why}");
+        None
+    };
+    if !path.is_file() {
+        let msg = format!("{} not found", path.display());
+        assert!(!in_ci(), "{msg} (CI is set: the interop suite must run)");
+        return skip(msg);
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"));
+    if !root {
+        return skip("it needs root (a network namespace and a tap device)".into());
     }
     Some(path)
 }

@@ -1,0 +1,599 @@
+//! Interop with a peer we did not write: Linux Soft-RoCE (rdma_rxe) and the
+//! stock rdma-core and perftest tools, in a qemu VM reached through a tap
+//! device (`../shared/tools/rxe-lab`), against `roce ping` and `roce perf`.
+//!
+//! Every pairing runs in both directions (stock server and our client, our
+//! server and stock client) at rxe's path MTU, 1024: ibv_rc_pingpong and
+//! ibv_ud_pingpong (their `--chk` data check on both ends), perftest's
+//! ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw (CMP_AND_SWAP),
+//! ib_write_lat and ib_send_lat, over IPv4; the RC pairs over IPv6 too (a
+//! global address on both ends, rxe's GID for it; the exchange stays on
+//! IPv4, where the stock tools listen). Then a part of it again with random
+//! loss on the link in both directions (nftables in the lab's namespace;
+//! netem where the kernel has it).
+//!
+//! Judged by what crossed the wire, not by what either end says: the tap is
+//! captured and `roce-pcap-check` must find every RoCE packet well-formed
+//! with a good ICRC; rxe must have accepted every packet we sent in the
+//! loss-free part (its `rcvd_pkts` grows by exactly the packets we sent,
+//! since it drops bad ones silently) and counted no retry, sequence error
+//! or duplicate; our `--counters` must show no ICRC error and no datagram
+//! the kernel refused. One pairing also writes `--pcap`, which must equal
+//! the tap capture byte for byte (but for the UDP checksum of received
+//! packets, which a socket cannot know).
+//!
+//! It boots a VM, so it runs only where asked: under CI, or with
+//! `ROCE_INTEROP=1`. It needs root; without it (or when the lab's packages
+//! cannot be downloaded) it skips with a notice.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const VM_IP: &str = "10.47.0.1";
+const HOST_IP: &str = "10.47.0.3";
+const VM_IP6: &str = "fd47::1";
+const HOST_IP6: &str = "fd47::3";
+const NETNS: &str = "rxelab";
+/// rxe's counters that move only when packets are lost, late or refused.
+const RXE_TROUBLE: [&str; 6] = [
+    "duplicate_request",
+    "out_of_seq_request",
+    "rcvd_seq_err",
+    "completer_retry_err",
+    "retry_exceeded_err",
+    "send_err",
+];
+/// Loss in each direction in the lossy part, percent.
+const LOSS_PERCENT: u32 = 3;
+
+struct Lab {
+    tool: PathBuf,
+    out: PathBuf,
+    /// GID index of the VM's IPv6 address.
+    gid6: u32,
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+impl Lab {
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(&self.tool);
+        c.args(args);
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String, String> {
+        let o = self.cmd(args).output().map_err(|e| format!("rxe-lab {args:?}: {e}"))?;
+        if o.status.success() {
+            Ok(text(&o))
+        } else {
+            Err(format!("rxe-lab {args:?} failed ({}):\n{}", o.status, text(&o)))
+        }
+    }
+
+    /// A command in the VM, killed there after `secs`.
+    fn exec(&self, cmd: &str, secs: u32) -> (bool, String) {
+        let o = self.cmd(&["exec", cmd]).env("RXE_LAB_TIMEOUT", secs.to_string()).output();
+        match o {
+            Ok(o) => (o.status.success(), text(&o)),
+            Err(e) => (false, e.to_string()),
+        }
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        let t = self.run(&["counters", "-l"]).unwrap_or_default();
+        t.lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                Some((k.to_string(), v.trim().parse().ok()?))
+            })
+            .collect()
+    }
+
+    /// Waits until something in the VM listens on TCP 18515.
+    fn vm_listening(&self) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(30) {
+            if self.exec("netstat -ltn", 10).1.contains(":18515 ") {
+                return true;
+            }
+        }
+        false
+    }
+}
+
+/// Waits until something in the lab's namespace listens on TCP 18515.
+fn host_listening() -> bool {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(30) {
+        let o = Command::new("ip").args(["netns", "exec", NETNS, "ss", "-Hltn", "sport = :18515"]).output();
+        if o.is_ok_and(|o| !o.stdout.is_empty()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// `roce` in the lab's namespace.
+fn roce(args: &[String]) -> Child {
+    Command::new("ip")
+        .args(["netns", "exec", NETNS, env!("CARGO_BIN_EXE_roce")])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("ip netns exec runs")
+}
+
+/// Waits for `child`, killing it after `limit`.
+fn wait_bounded(mut child: Child, limit: Duration) -> (bool, String) {
+    let t = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        if t.elapsed() > limit {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            return (false, format!("killed after {limit:?}\n{}", text(&o)));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    (o.status.success(), text(&o))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Server {
+    Vm,
+    Roce,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Family {
+    V4,
+    V6,
+}
+
+/// One pairing: the stock tool (without GID index and server address) and
+/// our command (without server address, `--bind` and `--timeout`).
+struct Case {
+    stock: &'static str,
+    ours: &'static [&'static str],
+    server: Server,
+    family: Family,
+}
+
+impl Case {
+    fn name(&self) -> String {
+        let tool = self.stock.split_whitespace().next().unwrap_or("");
+        let args: Vec<&str> = self.stock.split_whitespace().skip(1).collect();
+        let dir = match self.server {
+            Server::Vm => format!("roce -> {tool}"),
+            Server::Roce => format!("{tool} -> roce"),
+        };
+        format!("{dir} {} [{:?}]", args.join(" "), self.family)
+    }
+}
+
+/// What one run left to check.
+struct Ran {
+    ok: bool,
+    log: String,
+}
+
+fn run_case(lab: &Lab, c: &Case, timeout: u32, pcap: Option<&Path>) -> Ran {
+    let gid = match c.family {
+        Family::V4 => 1,
+        Family::V6 => lab.gid6,
+    };
+    let gid_flag = if c.stock.starts_with("ib_") { "-x" } else { "-g" };
+    let stock = format!("{} -d rxe0 {gid_flag} {gid}", c.stock);
+    let mut ours: Vec<String> = c.ours.iter().map(|s| s.to_string()).collect();
+    ours.extend(["--timeout".into(), timeout.to_string(), "--counters".into()]);
+    ours.extend(["--bind".into(), (if c.family == Family::V4 { HOST_IP } else { HOST_IP6 }).into()]);
+    if let Some(p) = pcap {
+        ours.extend(["--pcap".into(), p.display().to_string()]);
+    }
+    let limit = Duration::from_secs(u64::from(timeout) * 6 + 60);
+    let (ours_ok, ours_out, stock_ok, stock_out) = match c.server {
+        Server::Vm => {
+            let id = match lab.run(&["bg", &stock]) {
+                Ok(id) => id.trim().to_string(),
+                Err(e) => return Ran { ok: false, log: e },
+            };
+            if !lab.vm_listening() {
+                let _ = lab.run(&["wait", &id, "1"]);
+                return Ran { ok: false, log: format!("{stock} never listened") };
+            }
+            ours.push(VM_IP.into());
+            let (ok, out) = wait_bounded(roce(&ours), limit);
+            let w = lab.cmd(&["wait", &id, &(timeout * 6 + 30).to_string()]).output();
+            let (sok, sout) = w.map(|o| (o.status.success(), text(&o))).unwrap_or((false, String::new()));
+            (ok, out, sok, sout)
+        }
+        Server::Roce => {
+            let child = roce(&ours);
+            if !host_listening() {
+                let (_, out) = wait_bounded(child, Duration::from_secs(1));
+                return Ran { ok: false, log: format!("roce never listened:\n{out}") };
+            }
+            let (sok, sout) = lab.exec(&format!("{stock} {HOST_IP}"), timeout * 6 + 30);
+            let (ok, out) = wait_bounded(child, limit);
+            (ok, out, sok, sout)
+        }
+    };
+    let mut problems = Vec::new();
+    if !ours_ok {
+        problems.push("roce failed".to_string());
+    }
+    if !stock_ok {
+        problems.push("the stock tool failed".to_string());
+    }
+    if stock_out.contains("invalid data") {
+        problems.push("the stock tool's data check failed".to_string());
+    }
+    for (name, want) in [("icrc_errors", 0), ("tx_errors", 0)] {
+        match counter(&ours_out, name) {
+            Some(v) if v == want => {}
+            v => problems.push(format!("our {name} is {v:?}")),
+        }
+    }
+    let ok = problems.is_empty();
+    let log = format!(
+        "{}\n--- roce {}:\n{ours_out}\n--- {stock}:\n{stock_out}",
+        problems.join("; "),
+        ours.join(" ")
+    );
+    Ran { ok, log }
+}
+
+/// A counter from `--counters` output.
+fn counter(out: &str, name: &str) -> Option<u64> {
+    out.lines()
+        .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+        .and_then(|l| l.rsplit(':').next())
+        .and_then(|v| v.trim().parse().ok())
+}
+
+fn cases(families: &[Family], lossy: bool) -> Vec<Case> {
+    let mut v = Vec::new();
+    for &family in families {
+        for server in [Server::Vm, Server::Roce] {
+            let mut add = |stock, ours| v.push(Case { stock, ours, server, family });
+            // With loss, the stock server can lose the ACK of its last
+            // message and fail after the client has left: ibv_rc_pingpong
+            // has no way around that, so only our client (which knows every
+            // message arrived, and lingers) meets the stock server there.
+            if !lossy || server == Server::Vm {
+                add("ibv_rc_pingpong -s 4096 -n 100 -c", &["ping", "-s", "4096", "-n", "100", "-c"]);
+            }
+            if !lossy {
+                add("ibv_rc_pingpong -s 64 -n 100 -c", &["ping", "-s", "64", "-n", "100", "-c"]);
+            }
+            if family == Family::V4 && !lossy {
+                add("ibv_ud_pingpong -s 1024 -n 100 -c", &["ping", "--ud", "-s", "1024", "-n", "100", "-c"]);
+                add("ibv_ud_pingpong -s 64 -n 100 -c", &["ping", "--ud", "-s", "64", "-n", "100", "-c"]);
+            }
+            add("ib_write_bw -s 65536 -n 50", &["perf", "write-bw", "-s", "65536", "-n", "50"]);
+            add("ib_read_bw -s 65536 -n 50", &["perf", "read-bw", "-s", "65536", "-n", "50"]);
+            add("ib_send_bw -s 65536 -n 50", &["perf", "send-bw", "-s", "65536", "-n", "50"]);
+            add(
+                "ib_atomic_bw -A CMP_AND_SWAP -n 200",
+                &["perf", "atomic-bw", "-A", "CMP_AND_SWAP", "-n", "200"],
+            );
+            if !lossy {
+                add("ib_write_lat -s 64 -n 200", &["perf", "write-lat", "-s", "64", "-n", "200"]);
+                add("ib_send_lat -s 64 -n 200", &["perf", "send-lat", "-s", "64", "-n", "200"]);
+            }
+        }
+    }
+    v
+}
+
+/// The RoCE packets of a capture: (from the host?, IP header onwards),
+/// with the UDP checksum of packets sent to the host cleared when `mask`.
+fn roce_packets(path: &Path, mask: bool) -> Vec<(bool, Vec<u8>)> {
+    let host: [&[u8]; 2] = [&[10, 47, 0, 3], &"fd47::3".parse::<std::net::Ipv6Addr>().unwrap().octets()];
+    let mut out = Vec::new();
+    let Ok(r) = roce_wire::pcap::PcapReader::open(path) else { return out };
+    for rec in r.flatten() {
+        let f = rec.data;
+        if f.len() < 14 {
+            continue;
+        }
+        let ip = f[14..].to_vec();
+        let (udp_at, src) = match u16::from_be_bytes([f[12], f[13]]) {
+            0x0800 if ip.len() >= 28 && ip[9] == 17 => (usize::from(ip[0] & 15) * 4, &ip[12..16]),
+            0x86dd if ip.len() >= 48 && ip[6] == 17 => (40, &ip[8..24]),
+            _ => continue,
+        };
+        if ip.len() < udp_at + 8 || u16::from_be_bytes([ip[udp_at + 2], ip[udp_at + 3]]) != 4791 {
+            continue;
+        }
+        let from_host = host.contains(&src);
+        let mut ip = ip.clone();
+        if mask && !from_host {
+            ip[udp_at + 6..udp_at + 8].fill(0);
+        }
+        out.push((from_host, ip));
+    }
+    out
+}
+
+/// `roce-pcap-check --summary` on a capture: Ok(summary) when every RoCE
+/// packet passed.
+fn oracle(check: &Path, pcap: &Path) -> Result<String, String> {
+    let o = Command::new("python3")
+        .arg(check)
+        .args(["--summary", "--pmtu", "1024"])
+        .arg(pcap)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let t = text(&o);
+    if o.status.success() && t.contains(" 0 failed") && t.contains("bad 0") {
+        Ok(t)
+    } else {
+        Err(t)
+    }
+}
+
+fn wanted() -> bool {
+    roce_test_support::in_ci() || std::env::var("ROCE_INTEROP").is_ok_and(|v| v == "1")
+}
+
+fn main() {
+    if !wanted() {
+        eprintln!("SKIPPED: the Soft-RoCE interop suite boots a VM; it runs under CI or with ROCE_INTEROP=1");
+        return;
+    }
+    let Some(tool) = roce_test_support::rxe_lab() else { return };
+    let check = roce_test_support::pcap_oracle();
+    let out = std::env::temp_dir().join(format!("roce-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let mut lab = Lab { tool, out, gid6: 0 };
+    let started = Instant::now();
+    // The packages come from Debian's mirror: without them there is no lab.
+    if let Err(e) = lab.run(&["fetch"]) {
+        eprintln!(
+            "SKIPPED: the Soft-RoCE interop suite cannot run here: the lab's packages did not download:\n{e}"
+        );
+        return;
+    }
+    let _ = lab.run(&["down"]);
+    if let Err(e) = lab.run(&["up"]) {
+        panic!("the lab did not come up: {e}");
+    }
+    let boot = started.elapsed();
+    let failures = suite(&mut lab, check.as_deref());
+    let _ = lab.run(&["down"]);
+    eprintln!(
+        "interop suite: lab up in {:.0} s, whole suite {:.0} s; logs in {}",
+        boot.as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        lab.out.display()
+    );
+    if !failures.is_empty() {
+        eprintln!("\n{} failure(s):", failures.len());
+        for f in &failures {
+            eprintln!("\n=== {f}");
+        }
+        std::process::exit(1);
+    }
+}
+
+fn netns(args: &[&str]) -> Result<(), String> {
+    let o =
+        Command::new("ip").args(["netns", "exec", NETNS]).args(args).output().map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{args:?}: {}", text(&o)))
+    }
+}
+
+/// Loads an nftables ruleset in the lab's namespace.
+fn nft(ruleset: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut c = Command::new("ip")
+        .args(["netns", "exec", NETNS, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft: {e}"))?;
+    c.stdin.take().unwrap().write_all(ruleset.as_bytes()).map_err(|e| e.to_string())?;
+    let o = c.wait_with_output().map_err(|e| e.to_string())?;
+    if o.status.success() {
+        Ok(())
+    } else {
+        Err(format!("nft: {}\n{ruleset}", text(&o)))
+    }
+}
+
+/// Random loss on the tap, both directions: netem on its egress if the
+/// kernel has it, else nftables's netdev egress hook; nftables's ingress
+/// hook the other way. Both act below IP, as a lossy link would: a drop in
+/// the IP output path would instead fail the sender's send call (EPERM),
+/// which is a refused datagram, not a lost one. Returns how.
+fn impair() -> Result<&'static str, String> {
+    let rule = |chain: &str, hook: &str| {
+        format!(
+            " chain {chain} {{\n  type filter hook {hook} device \"rxetap0\" priority 0;\n  \
+             udp dport 4791 numgen random mod 100 < {LOSS_PERCENT} counter drop\n }}\n"
+        )
+    };
+    let netem =
+        ["tc", "qdisc", "add", "dev", "rxetap0", "root", "netem", "loss", &format!("{LOSS_PERCENT}%")];
+    if netns(&netem).is_ok() {
+        nft(&format!("table netdev roceloss {{\n{}}}\n", rule("in", "ingress")))?;
+        return Ok("netem (host -> VM) and nftables ingress (VM -> host)");
+    }
+    nft(&format!("table netdev roceloss {{\n{}{}}}\n", rule("in", "ingress"), rule("eg", "egress")))?;
+    Ok("nftables on the tap's egress and ingress")
+}
+
+fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
+    let mut failures = Vec::new();
+    // IPv6: a global address on both ends; rxe lists it as a new GID.
+    let (_, info) =
+        lab.exec("/sbin/ip -6 addr add fd47::1/64 dev eth0 nodad && sleep 1 && ibv_devinfo -v", 30);
+    lab.gid6 = info
+        .lines()
+        .find(|l| l.contains(VM_IP6) && l.contains("GID["))
+        .and_then(|l| l.split('[').nth(1)?.split(']').next()?.trim().parse().ok())
+        .unwrap_or(0);
+    if lab.gid6 == 0 {
+        failures.push(format!("rxe lists no GID for {VM_IP6}:\n{info}"));
+    }
+    if let Err(e) = netns(&["ip", "-6", "addr", "add", &format!("{HOST_IP6}/64"), "dev", "rxetap0", "nodad"])
+    {
+        failures.push(format!("cannot add {HOST_IP6}: {e}"));
+    }
+
+    // Part 1: no loss.
+    let wire = lab.out.join("interop.pcap");
+    let ours_pcap = lab.out.join("ours.pcapng");
+    let before = lab.counters();
+    if let Err(e) = lab.run(&["capture", "start", wire.to_str().unwrap()]) {
+        failures.push(format!("capture: {e}"));
+        return failures;
+    }
+    let mut ran = 0;
+    let all = cases(&[Family::V4, Family::V6], false);
+    for (i, c) in all.iter().enumerate() {
+        // Our own capture for one pairing with GSO batches (64 KiB writes).
+        let pcap = (i == 4).then_some(ours_pcap.as_path());
+        let t = Instant::now();
+        let c0 = lab.counters();
+        let r = run_case(lab, c, 20, pcap);
+        let c1 = lab.counters();
+        let notes: Vec<String> = RXE_TROUBLE
+            .iter()
+            .filter_map(|k| {
+                let d = c1.get(*k).copied().unwrap_or(0).saturating_sub(c0.get(*k).copied().unwrap_or(0));
+                (d > 0).then(|| format!("rxe {k} +{d}"))
+            })
+            .collect();
+        eprintln!(
+            "{} {} ({:.1} s){}",
+            if r.ok { "ok  " } else { "FAIL" },
+            c.name(),
+            t.elapsed().as_secs_f64(),
+            if notes.is_empty() { String::new() } else { format!(" [{}]", notes.join(", ")) }
+        );
+        if !r.ok {
+            failures.push(format!("{}: {}", c.name(), r.log));
+        }
+        if i == 4 {
+            eprintln!("     (with --pcap: {})", c.ours.join(" "));
+        }
+        ran += 1;
+    }
+    let _ = lab.run(&["capture", "stop"]);
+    let after = lab.counters();
+    let delta =
+        |k: &str| after.get(k).copied().unwrap_or(0).saturating_sub(before.get(k).copied().unwrap_or(0));
+    let wire_pkts = roce_packets(&wire, false);
+    let sent = wire_pkts.iter().filter(|(h, _)| *h).count() as u64;
+    eprintln!(
+        "loss-free part: {ran} pairings; {} RoCE packets on the wire, {sent} from us; rxe rcvd_pkts +{}",
+        wire_pkts.len(),
+        delta("rcvd_pkts")
+    );
+    if sent == 0 || delta("rcvd_pkts") != sent {
+        failures.push(format!(
+            "rxe accepted {} of the {sent} packets we sent (it drops bad ones silently)",
+            delta("rcvd_pkts")
+        ));
+    }
+    for k in RXE_TROUBLE {
+        if delta(k) != 0 {
+            failures.push(format!("rxe counted {k} +{} in the loss-free part", delta(k)));
+        }
+    }
+    match check.map(|c| oracle(c, &wire)) {
+        Some(Ok(s)) => eprintln!("roce-pcap-check on the tap capture:\n{s}"),
+        Some(Err(s)) => failures.push(format!("roce-pcap-check on {}:\n{s}", wire.display())),
+        None => {}
+    }
+    // Our --pcap against the wire.
+    let ours = roce_packets(&ours_pcap, true);
+    let wire_masked: std::collections::HashSet<Vec<u8>> =
+        roce_packets(&wire, true).into_iter().map(|(_, p)| p).collect();
+    let missing = ours.iter().filter(|(_, p)| !wire_masked.contains(p)).count();
+    eprintln!("--pcap: {} packets, {missing} not on the wire as recorded", ours.len());
+    if ours.is_empty() || missing > 0 {
+        failures.push(format!(
+            "{missing} of the {} packets in {} differ from the tap capture",
+            ours.len(),
+            ours_pcap.display()
+        ));
+    }
+
+    // Part 2: random loss on the link.
+    let lossy_wire = lab.out.join("interop-loss.pcap");
+    match impair() {
+        Ok(how) => eprintln!("loss: {LOSS_PERCENT}% each way by {how}"),
+        Err(e) => {
+            failures.push(format!("cannot impair the link: {e}"));
+            return failures;
+        }
+    }
+    let _ = lab.run(&["capture", "start", lossy_wire.to_str().unwrap()]);
+    for c in cases(&[Family::V4], true) {
+        let t = Instant::now();
+        let r = run_case(lab, &c, 30, None);
+        eprintln!(
+            "{} {} with loss ({:.1} s)",
+            if r.ok { "ok  " } else { "FAIL" },
+            c.name(),
+            t.elapsed().as_secs_f64()
+        );
+        if !r.ok {
+            failures.push(format!("{} with loss: {}", c.name(), r.log));
+        } else if counter(&r.log, "rcvd_seq_err").unwrap_or(0)
+            + counter(&r.log, "out_of_seq_request").unwrap_or(0)
+            + counter(&r.log, "completer_retry_err").unwrap_or(0)
+            + counter(&r.log, "duplicate_request").unwrap_or(0)
+            == 0
+        {
+            eprintln!("     (no recovery was needed on our side in this pairing)");
+        }
+    }
+    let _ = lab.run(&["capture", "stop"]);
+    let rules = Command::new("ip")
+        .args(["netns", "exec", NETNS, "nft", "list", "table", "netdev", "roceloss"])
+        .output()
+        .map(|o| text(&o))
+        .unwrap_or_default();
+    let dropped: u64 = rules
+        .split("counter packets ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    let _ = netns(&["nft", "delete", "table", "netdev", "roceloss"]);
+    let _ = netns(&["tc", "qdisc", "del", "dev", "rxetap0", "root"]);
+    eprintln!("lossy part: nftables dropped {dropped} RoCE packets");
+    if dropped == 0 {
+        failures.push("the lossy part dropped nothing: the impairment did not work".into());
+    }
+    let recovered = lab.counters();
+    let d2 =
+        |k: &str| recovered.get(k).copied().unwrap_or(0).saturating_sub(after.get(k).copied().unwrap_or(0));
+    eprintln!(
+        "lossy part: rxe duplicate_request +{} out_of_seq_request +{} rcvd_seq_err +{} completer_retry_err +{}",
+        d2("duplicate_request"),
+        d2("out_of_seq_request"),
+        d2("rcvd_seq_err"),
+        d2("completer_retry_err")
+    );
+    match check.map(|c| oracle(c, &lossy_wire)) {
+        Some(Ok(s)) => eprintln!("roce-pcap-check on the lossy capture:\n{s}"),
+        Some(Err(s)) => failures.push(format!("roce-pcap-check on {}:\n{s}", lossy_wire.display())),
+        None => {}
+    }
+    failures
+}
