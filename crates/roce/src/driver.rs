@@ -14,7 +14,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration as StdDuration;
 
 use roce_proto::{DatagramMeta, Engine, Instant};
-use roce_wire::icrc::{Ipv4IdIcrc, ICRC_LEN};
+use roce_wire::icrc::{Ipv4IdCache, ICRC_LEN};
 
 use crate::capture::{Capture, IpFields};
 use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
@@ -74,6 +74,8 @@ pub(crate) struct Core {
     tx: Vec<u8>,
     pub capture: Option<Capture>,
     stats: DriverStats,
+    /// How ICRCs move with the IPv4 ID, by datagram length (GSO segments).
+    ipv4_ids: Ipv4IdCache,
     /// Threads sleeping on `Shared::cq_cond`. Notifying costs a futex
     /// syscall even with nobody waiting, so progress notifies only when
     /// this is non-zero.
@@ -159,8 +161,6 @@ struct Slot {
     seg: usize,
     used: usize,
     open: bool,
-    /// How the ICRC of a `seg`-byte IPv4 datagram moves with its ID.
-    ids: Option<Ipv4IdIcrc>,
 }
 
 impl Slot {
@@ -171,16 +171,12 @@ impl Slot {
 
 /// Moves the ICRC of `pkt` (an IPv4 RoCE datagram, ICRC last) from the one
 /// for IPv4 Identification `from` to the one for `to`.
-fn move_icrc(ids: &mut Option<Ipv4IdIcrc>, pkt: &mut [u8], from: u16, to: u16) {
+fn move_icrc(ids: &mut Ipv4IdCache, pkt: &mut [u8], from: u16, to: u16) {
     if from == to {
         return;
     }
-    let transport = pkt.len() - ICRC_LEN;
-    let lin = match ids {
-        Some(l) if l.transport_len() == transport => *l,
-        _ => Ipv4IdIcrc::new(transport),
-    };
     let at = pkt.len() - ICRC_LEN;
+    let lin = ids.get(at);
     let crc = u32::from_le_bytes(pkt[at..].try_into().expect("ICRC_LEN bytes")) ^ lin.delta(from ^ to);
     pkt[at..].copy_from_slice(&crc.to_le_bytes());
 }
@@ -196,6 +192,7 @@ impl Core {
             tx: vec![0u8; SLOT * BATCH],
             capture: None,
             stats,
+            ipv4_ids: Ipv4IdCache::default(),
             cq_waiters: 0,
             cq_wakers: Vec::new(),
             rx_hot: false,
@@ -310,7 +307,7 @@ impl Core {
             ecn: 0,
             ipv4_id: None,
         };
-        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0, open: false, ids: None };
+        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0, open: false };
         let mut slots = [empty; BATCH];
         loop {
             let n = self.fill(now, &mut slots);
@@ -348,10 +345,7 @@ impl Core {
                 if l.meta == tx.meta && l.tos == tos && tx.len <= l.seg {
                     if v4 {
                         let k = (l.used / l.seg) as u16;
-                        if l.ids.is_none() {
-                            l.ids = Some(Ipv4IdIcrc::new(l.seg - ICRC_LEN));
-                        }
-                        move_icrc(&mut l.ids, &mut self.tx[at..at + tx.len], 0, k);
+                        move_icrc(&mut self.ipv4_ids, &mut self.tx[at..at + tx.len], 0, k);
                     }
                     l.used += tx.len;
                     l.open = tx.len == l.seg;
@@ -359,7 +353,7 @@ impl Core {
                 }
                 self.tx.copy_within(at..at + tx.len, n * SLOT);
             }
-            slots[n] = Slot { meta: tx.meta, dst, tos, seg: tx.len, used: tx.len, open: true, ids: None };
+            slots[n] = Slot { meta: tx.meta, dst, tos, seg: tx.len, used: tx.len, open: true };
             n += 1;
         }
         n
@@ -429,13 +423,12 @@ impl Core {
     /// Sends the datagrams of slot `j` one per message, their ICRCs moved
     /// back to IPv4 ID 0 (what an unsegmented send carries).
     fn send_one_by_one(&mut self, now: Instant, j: usize, s: &Slot) {
-        let mut ids = s.ids;
         let v4 = s.meta.src.is_ipv4();
         for k in 0..s.segments() {
             let start = j * SLOT + k * s.seg;
             let end = (start + s.seg).min(j * SLOT + s.used);
             if v4 {
-                move_icrc(&mut ids, &mut self.tx[start..end], k as u16, 0);
+                move_icrc(&mut self.ipv4_ids, &mut self.tx[start..end], k as u16, 0);
             }
             let mut spins = 0;
             loop {

@@ -140,19 +140,37 @@ fn unfeed(r: u32) -> Option<u16> {
     Some(u16::from_be_bytes([hi, lo]))
 }
 
+/// Tables of a linear map on `4 * N` bits, a nibble at a time: the map of
+/// `v` is the XOR of `t[k][(v >> 4k) & 15]`.
+fn nibble_tables<const N: usize>(f: impl Fn(u32) -> u32) -> [[u32; 16]; N] {
+    let mut t = [[0u32; 16]; N];
+    for (k, row) in t.iter_mut().enumerate() {
+        let bits: [u32; 4] = std::array::from_fn(|j| f(1 << (4 * k + j)));
+        for (v, e) in row.iter_mut().enumerate() {
+            *e = (0..4).filter(|j| v >> j & 1 == 1).fold(0, |acc, j| acc ^ bits[j]);
+        }
+    }
+    t
+}
+
+fn apply<const N: usize>(t: &[[u32; 16]; N], v: u32) -> u32 {
+    t.iter().enumerate().fold(0, |acc, (k, row)| acc ^ row[((v >> (4 * k)) & 15) as usize])
+}
+
 /// How the ICRC of RoCEv2/IPv4 packets of one length (an IPv4 header
 /// without options) depends on the IPv4 Identification.
 ///
-/// Making one costs a few hundred nanoseconds (powers of x); `delta` and
-/// `solve` cost one modular multiplication each. Keep one per packet length
-/// in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Making one costs about a microsecond (powers of x and a few dozen
+/// modular multiplications into nibble tables); `delta` and `solve` then
+/// cost a dozen table lookups. Keep one per packet length in use
+/// ([`Ipv4IdCache`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ipv4IdIcrc {
     transport_len: usize,
-    /// x^(8t)
-    shift: u32,
-    /// x^-(8t)
-    unshift: u32,
+    /// `delta` as a linear map of the 16-bit ID difference.
+    delta: [[u32; 16]; 4],
+    /// Multiplication by x^-(8t), the shift of the ID's effect undone.
+    unshift: [[u32; 16]; 8],
 }
 
 impl Ipv4IdIcrc {
@@ -160,7 +178,12 @@ impl Ipv4IdIcrc {
     /// ICRC) is `transport_len` bytes.
     pub fn new(transport_len: usize) -> Ipv4IdIcrc {
         let bits = 8 * (AFTER_ID_IN_HEADERS + transport_len) as u64;
-        Ipv4IdIcrc { transport_len, shift: pow(&X_POW2, bits), unshift: pow(&X_INV_POW2, bits) }
+        let (shift, unshift) = (pow(&X_POW2, bits), pow(&X_INV_POW2, bits));
+        Ipv4IdIcrc {
+            transport_len,
+            delta: nibble_tables(|id| mul(feed(id as u16), shift)),
+            unshift: nibble_tables(|v| mul(v, unshift)),
+        }
     }
 
     /// The transport length this was made for.
@@ -171,13 +194,13 @@ impl Ipv4IdIcrc {
     /// What to XOR into an ICRC when the ID changes by `id_xor` (old ID
     /// XOR new ID): `icrc(b) = icrc(a) ^ delta(a ^ b)`.
     pub fn delta(&self, id_xor: u16) -> u32 {
-        mul(feed(id_xor), self.shift)
+        apply(&self.delta, u32::from(id_xor))
     }
 
     /// The ID for which `wire` is the right ICRC, given `icrc0`, the ICRC
     /// computed with ID 0; `None` if there is none (the packet is corrupt).
     pub fn solve(&self, icrc0: u32, wire: u32) -> Option<u16> {
-        unfeed(mul(icrc0 ^ wire, self.unshift))
+        unfeed(apply(&self.unshift, icrc0 ^ wire))
     }
 }
 
@@ -191,12 +214,12 @@ pub struct Ipv4IdCache {
 
 impl Ipv4IdCache {
     /// The solver for `transport_len`, made on first use.
-    pub fn get(&mut self, transport_len: usize) -> Ipv4IdIcrc {
+    pub fn get(&mut self, transport_len: usize) -> &Ipv4IdIcrc {
         let slot = &mut self.slots[transport_len % 8];
-        match slot {
-            Some(s) if s.transport_len == transport_len => *s,
-            _ => *slot.insert(Ipv4IdIcrc::new(transport_len)),
+        if slot.as_ref().is_none_or(|s| s.transport_len != transport_len) {
+            *slot = Some(Ipv4IdIcrc::new(transport_len));
         }
+        slot.as_ref().expect("filled above")
     }
 }
 
@@ -229,7 +252,7 @@ mod tests {
     fn cache_gives_the_solver_of_each_length() {
         let mut c = Ipv4IdCache::default();
         for len in [12, 20, 1036, 12, 4108, 1036 + 8 * 100] {
-            assert_eq!(c.get(len), Ipv4IdIcrc::new(len));
+            assert_eq!(*c.get(len), Ipv4IdIcrc::new(len));
         }
     }
 
