@@ -284,10 +284,8 @@ fn cases(families: &[Family], lossy: bool) -> Vec<Case> {
                 "ib_atomic_bw -A CMP_AND_SWAP -n 200",
                 &["perf", "atomic-bw", "-A", "CMP_AND_SWAP", "-n", "200"],
             );
-            if !lossy {
-                add("ib_write_lat -s 64 -n 200", &["perf", "write-lat", "-s", "64", "-n", "200"]);
-                add("ib_send_lat -s 64 -n 200", &["perf", "send-lat", "-s", "64", "-n", "200"]);
-            }
+            add("ib_write_lat -s 64 -n 200", &["perf", "write-lat", "-s", "64", "-n", "200"]);
+            add("ib_send_lat -s 64 -n 200", &["perf", "send-lat", "-s", "64", "-n", "200"]);
         }
     }
     v
