@@ -214,14 +214,7 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
         let frame = r.to_vec().unwrap();
         let (meta, udp_payload) = match r.net {
             NetRepr::Ipv4(ip, udp) => {
-                let meta = DatagramMeta {
-                    src: ip.src.into(),
-                    dst: ip.dst.into(),
-                    src_port: udp.src_port,
-                    dst_port: udp.dst_port,
-                    ecn: ip.ecn(),
-                    ipv4_id: Some(ip.ident),
-                };
+                let meta = meta_of(&ip, &udp, Some(ip.ident));
                 let start = r.eth.header_len() + 28;
                 (meta, frame[start..frame.len() - r.padding].to_vec())
             }
@@ -291,14 +284,7 @@ fn ipv4_ids_inferred_from_soft_roce_packets() {
         for f in load(&path) {
             let r = f.repr();
             let NetRepr::Ipv4(ip, udp) = r.net else { continue };
-            let meta = DatagramMeta {
-                src: ip.src.into(),
-                dst: ip.dst.into(),
-                src_port: udp.src_port,
-                dst_port: udp.dst_port,
-                ecn: ip.ecn(),
-                ipv4_id: None,
-            };
+            let meta = meta_of(&ip, &udp, None);
             let start = r.eth.header_len() + 28;
             let mut dgram = f.bytes[start..start + usize::from(udp_len(&f.bytes[start - 8..]) - 8)].to_vec();
             assert_eq!(
@@ -318,6 +304,18 @@ fn ipv4_ids_inferred_from_soft_roce_packets() {
     assert!(checked >= 500 && nonzero >= 500, "{checked} packets, {nonzero} non-zero IDs");
     let c = eng.counters();
     assert_eq!((c.icrc_ipv4_id_inferred, c.icrc_errors), (checked as u64, checked as u64));
+}
+
+/// What a driver would tell the engine of a captured IPv4 datagram.
+fn meta_of(ip: &roce_wire::Ipv4Repr, udp: &roce_wire::UdpRepr, ipv4_id: Option<u16>) -> DatagramMeta {
+    DatagramMeta {
+        src: ip.src.into(),
+        dst: ip.dst.into(),
+        src_port: udp.src_port,
+        dst_port: udp.dst_port,
+        ecn: ip.ecn(),
+        ipv4_id,
+    }
 }
 
 fn udp_len(udp: &[u8]) -> u16 {

@@ -562,6 +562,18 @@ mod tests {
         (Core::new(e, io), qpn, keys)
     }
 
+    /// A collecting socket and a core with a QP towards it, where the
+    /// kernel has UDP GSO (`None`, with a notice, where it has not).
+    fn gso_pair() -> Option<(UdpIo, Core, u32, MrKeys)> {
+        let sink = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let (core, qpn, keys) = core_towards(sink.local_addr());
+        if !core.io.gso() {
+            eprintln!("no UDP GSO on this kernel: nothing to test");
+            return None;
+        }
+        Some((sink, core, qpn, keys))
+    }
+
     /// Everything `sink` receives, split into datagrams, within a second.
     fn drain(sink: &mut UdpIo, want: usize) -> Vec<Vec<u8>> {
         let mut bufs = vec![vec![0u8; RX_BUF]; 4];
@@ -606,12 +618,7 @@ mod tests {
     /// one for ID k.
     #[test]
     fn gso_segments_carry_the_icrc_of_their_id() {
-        let mut sink = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let (mut core, qpn, keys) = core_towards(sink.local_addr());
-        if !core.io.gso() {
-            eprintln!("no UDP GSO on this kernel: nothing to test");
-            return;
-        }
+        let Some((mut sink, mut core, qpn, keys)) = gso_pair() else { return };
         write_8k(&mut core, qpn, keys);
         let got = drain(&mut sink, 8);
         let ids: Vec<_> = got.iter().map(|d| icrc_id(&core, &sink, d)).collect();
@@ -624,12 +631,7 @@ mod tests {
     /// driver says so; nothing is lost or counted as an error.
     #[test]
     fn a_refused_gso_send_goes_out_datagram_by_datagram() {
-        let mut sink = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let (mut core, qpn, keys) = core_towards(sink.local_addr());
-        if !core.io.gso() {
-            eprintln!("no UDP GSO on this kernel: nothing to test");
-            return;
-        }
+        let Some((mut sink, mut core, qpn, keys)) = gso_pair() else { return };
         core.io.fail_gso = Some(libc::EIO);
         write_8k(&mut core, qpn, keys);
         let got = drain(&mut sink, 8);
@@ -645,12 +647,7 @@ mod tests {
     /// carry); it is not retried one by one.
     #[test]
     fn other_send_errors_are_kept() {
-        let mut sink = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        let (mut core, qpn, keys) = core_towards(sink.local_addr());
-        if !core.io.gso() {
-            eprintln!("no UDP GSO on this kernel: nothing to test");
-            return;
-        }
+        let Some((mut sink, mut core, qpn, keys)) = gso_pair() else { return };
         core.io.fail_gso = Some(libc::EMSGSIZE);
         write_8k(&mut core, qpn, keys);
         assert!(drain(&mut sink, 1).is_empty());
