@@ -47,6 +47,9 @@ counters! {
     rdma_recvs,
     /// NAKs sent other than sequence and RNR (invalid request, access, operational).
     send_nak_err,
+    /// Packets a role could not build or finish (a local QP operation
+    /// error: the WQE fails and the QP ends).
+    emit_errors,
     /// Dropped: ICRC mismatch.
     icrc_errors,
     /// IPv4 packets whose Identification the driver could not see, taken

@@ -24,179 +24,29 @@
 //!   full ICRC (see `roce_wire::icrc::Ipv4IdIcrc`). A driver that sees the
 //!   real header passes the ID and gets the full check.
 
-use core::net::IpAddr;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
-use roce_wire::icrc::{self, Ipv4IdCache, NetHeader};
+use roce_wire::icrc::{self, Ipv4IdCache};
 use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 
+pub use crate::config::EngineConfig;
+pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit};
+
+use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
+use crate::limits;
 use crate::mr::{sge_total, Mr, MrTable};
-use crate::qp::{self, InlineData, Qp, RecvWqe, SendWqe};
+use crate::qp::{self, QpCore};
+use crate::requester::Requester;
+use crate::res::{Res, Srq};
+use crate::responder::Responder;
 use crate::time::Instant;
+use crate::timers::TimerKind;
 use crate::verbs::*;
-use crate::{completer, requester, responder};
-
-/// Device-wide settings.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// The GID table: the IP addresses of this device (index = sgid_index).
-    pub gids: Vec<Gid>,
-    /// UDP destination port of RoCEv2 (4791), used when an address vector
-    /// names no port.
-    pub udp_port: u16,
-    /// UDP source port of every packet. A driver on one kernel socket must
-    /// set it to the socket's port (the ICRC covers it); `None` gives each QP
-    /// its own port for ECMP entropy (Annex A17.4.2), as a NIC does.
-    pub fixed_src_port: Option<u16>,
-    /// The P_Key of the single partition (default full membership 0xFFFF).
-    pub pkey: u16,
-    /// Largest number of unacknowledged request PSNs per QP (send window).
-    pub max_unacked_psns: u32,
-    /// Ask for an ACK at least every this many packets of a long message.
-    pub ack_req_every: u32,
-    /// Mark outgoing packets ECN-capable (ECT(0)).
-    pub ecn: bool,
-    /// Device limits.
-    pub max_qp: usize,
-    pub max_cqe: usize,
-    pub max_mr: usize,
-    pub max_qp_wr: u32,
-    pub max_sge: u32,
-    pub max_inline: u32,
-    pub max_msg_size: u64,
-}
-
-impl EngineConfig {
-    pub fn new(gids: Vec<Gid>) -> EngineConfig {
-        EngineConfig {
-            gids,
-            udp_port: roce_wire::ROCE_PORT,
-            fixed_src_port: None,
-            pkey: roce_wire::bth::DEFAULT_PKEY,
-            max_unacked_psns: 256,
-            ack_req_every: 64,
-            ecn: true,
-            max_qp: 1 << 16,
-            max_cqe: 1 << 20,
-            max_mr: 1 << 20,
-            max_qp_wr: 1 << 14,
-            max_sge: 32,
-            max_inline: 512,
-            max_msg_size: 1 << 31,
-        }
-    }
-}
-
-/// Where a datagram came from / goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct DatagramMeta {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub src_port: u16,
-    pub dst_port: u16,
-    /// ECN codepoint of the IP header (0..=3; 3 is CE).
-    pub ecn: u8,
-    /// IPv4 Identification, if the driver knows it (see module docs).
-    pub ipv4_id: Option<u16>,
-}
-
-/// What the ICRC check of a received datagram found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IcrcCheck {
-    /// The ICRC matches the headers as the driver described them (IPv6, or
-    /// IPv4 with the Identification given).
-    Verified,
-    /// IPv4 whose Identification the driver could not see: the ICRC is
-    /// right for this ID and for no other (16 of its 32 bits spent on
-    /// finding the ID).
-    Ipv4IdInferred(u16),
-    /// The ICRC does not match: dropped and counted in `icrc_errors`.
-    Failed,
-    /// Too short to hold a BTH and ICRC, or the addresses mix IPv4 and IPv6:
-    /// dropped and counted in `malformed_dropped`.
-    Malformed,
-}
-
-/// A datagram the engine wants sent: `len` bytes at the start of the buffer
-/// given to `poll_transmit` form the UDP payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Transmit {
-    pub meta: DatagramMeta,
-    /// DSCP << 2 | ECN, for IP_TOS / IPV6_TCLASS.
-    pub traffic_class: u8,
-    pub hop_limit: u8,
-    pub flow_label: u32,
-    pub len: usize,
-    /// The source QP (for drivers that shard or trace by QP).
-    pub qpn: u32,
-}
-
-/// A shared receive queue.
-#[derive(Debug)]
-pub(crate) struct Srq {
-    pub pd: PdId,
-    pub max_wr: u32,
-    pub max_sge: u32,
-    pub wqes: VecDeque<RecvWqe>,
-    /// Raise `SrqLimitReached` when the queue drops below this (0 = disarmed).
-    pub limit: u32,
-    pub users: usize,
-}
-
-/// Everything a QP's roles share: memory, completion queues, counters.
-pub(crate) struct Res {
-    pub cfg: EngineConfig,
-    pub pds: BTreeMap<u32, usize>,
-    pub mrs: MrTable,
-    pub cqs: BTreeMap<u32, Cq>,
-    pub srqs: BTreeMap<u32, Srq>,
-    pub counters: Counters,
-    pub events: VecDeque<AsyncEvent>,
-}
-
-impl Res {
-    /// Delivers a completion; a full CQ overflows (and raises CQ_ERR once).
-    pub fn complete(&mut self, cq: CqId, wc: Wc) {
-        if let Some(c) = self.cqs.get_mut(&cq.0) {
-            let was = c.overflowed;
-            if !c.push(wc) && !was {
-                self.events.push_back(AsyncEvent::CqErr(cq));
-            }
-        }
-    }
-
-    /// Takes the next receive WQE of a QP (its SRQ if it has one).
-    pub fn take_recv(&mut self, qp: &mut Qp) -> Option<RecvWqe> {
-        match qp.init.srq {
-            None => qp.rq.pop_front(),
-            Some(id) => {
-                let srq = self.srqs.get_mut(&id.0)?;
-                let w = srq.wqes.pop_front();
-                if srq.limit > 0 && (srq.wqes.len() as u32) < srq.limit {
-                    srq.limit = 0;
-                    self.events.push_back(AsyncEvent::SrqLimitReached(id));
-                }
-                w
-            }
-        }
-    }
-
-    /// Puts back a receive WQE taken for a message that was abandoned.
-    pub fn untake_recv(&mut self, qp: &mut Qp, w: RecvWqe) {
-        match qp.init.srq {
-            None => qp.rq.push_front(w),
-            Some(id) => {
-                if let Some(srq) = self.srqs.get_mut(&id.0) {
-                    srq.wqes.push_front(w)
-                }
-            }
-        }
-    }
-}
+use crate::wqe::{InlineData, RecvWqe, SendWqe};
 
 /// The NIC.
 pub struct Engine {
@@ -204,7 +54,7 @@ pub struct Engine {
     rng: ChaCha20Rng,
     /// Solvers for the IPv4 ID of received packets, by length.
     ipv4_ids: Ipv4IdCache,
-    qps: BTreeMap<u32, Qp>,
+    qps: BTreeMap<u32, QpEntry>,
     ready: VecDeque<u32>,
     timers: BTreeSet<(Instant, u32)>,
     next_pd: u32,
@@ -460,20 +310,20 @@ impl Engine {
             return Err(VerbsError::NoResources("QPs"));
         }
         let qpn = loop {
-            let n = self.rng.next_u32() & 0x00ff_ffff;
+            let n = self.rng.next_u32() & limits::QPN_MASK;
             if n > 1 && !self.qps.contains_key(&n) {
                 break n;
             }
         };
         // Flow entropy in the dynamic port range, as rxe derives it from the QPN.
-        let sport = 0xc000 | (self.rng.next_u32() as u16 & 0x3fff);
-        *self.res.pds.get_mut(&init.pd.0).unwrap() += 1;
-        self.res.cqs.get_mut(&init.send_cq.0).unwrap().users += 1;
-        self.res.cqs.get_mut(&init.recv_cq.0).unwrap().users += 1;
+        let sport = limits::UDP_SPORT_BASE | (self.rng.next_u32() as u16 & limits::UDP_SPORT_MASK);
+        *self.res.pds.get_mut(&init.pd.0).expect("checked") += 1;
+        self.res.cqs.get_mut(&init.send_cq.0).expect("checked").users += 1;
+        self.res.cqs.get_mut(&init.recv_cq.0).expect("checked").users += 1;
         if let Some(s) = init.srq {
-            self.res.srqs.get_mut(&s.0).unwrap().users += 1;
+            self.res.srqs.get_mut(&s.0).expect("checked").users += 1;
         }
-        self.qps.insert(qpn, Qp::new(qpn, init, sport));
+        self.qps.insert(qpn, QpEntry::new(QpCore::new(qpn, init, sport)));
         Ok(qpn)
     }
 
@@ -483,7 +333,7 @@ impl Engine {
             self.timers.remove(&(t, qpn));
         }
         self.ready.retain(|&q| q != qpn);
-        let i = qp.init;
+        let i = qp.core.init;
         for cq in [i.send_cq, i.recv_cq] {
             if let Some(c) = self.res.cqs.get_mut(&cq.0) {
                 c.users -= 1;
@@ -501,49 +351,65 @@ impl Engine {
     /// Current state and attributes of a QP (`ibv_query_qp`).
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
         let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound("QP"))?;
-        let mut a = qp.attr;
-        a.qp_state = qp.state;
-        a.cur_qp_state = qp.state;
-        a.sq_psn = qp.req.psn;
-        a.rq_psn = qp.resp.epsn;
+        let mut a = qp.core.attr;
+        a.qp_state = qp.core.state;
+        a.cur_qp_state = qp.core.state;
+        a.sq_psn = qp.req.psn();
+        a.rq_psn = qp.resp.epsn();
         Ok(a)
     }
 
     pub fn qp_state(&self, qpn: u32) -> Option<QpState> {
-        self.qps.get(&qpn).map(|q| q.state)
+        self.qps.get(&qpn).map(|q| q.core.state)
     }
 
     pub fn qp_type(&self, qpn: u32) -> Option<QpType> {
-        self.qps.get(&qpn).map(|q| q.init.qp_type)
+        self.qps.get(&qpn).map(|q| q.core.init.qp_type)
+    }
+
+    /// Checks an address vector against the GID table: the source GID
+    /// exists and is of the destination's IP family.
+    fn check_av(&self, av: &AddressVector) -> Result<(), VerbsError> {
+        let sgid =
+            self.res.cfg.gids.get(usize::from(av.sgid_index)).ok_or(VerbsError::Invalid("sgid_index"))?;
+        if sgid.is_ipv4() != av.dgid.is_ipv4() {
+            return Err(VerbsError::Invalid("source and destination GIDs are of different IP families"));
+        }
+        Ok(())
     }
 
     /// `ibv_modify_qp`: checks the transition and the attribute mask against
     /// the table of ibv_modify_qp(3), validates values, applies them.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
         let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound("QP"))?;
-        let to = qp::check_modify(qp, attr, mask)?;
+        let to = qp::check_modify(&qp.core, attr, mask)?;
         if mask.contains(AttrMask::AV) {
-            let sgid = self
-                .res
-                .cfg
-                .gids
-                .get(usize::from(attr.av.sgid_index))
-                .ok_or(VerbsError::Invalid("sgid_index"))?;
-            if sgid.is_ipv4() != attr.av.dgid.is_ipv4() {
-                return Err(VerbsError::Invalid("source and destination GIDs are of different IP families"));
-            }
+            self.check_av(&attr.av)?;
         }
-        let qp = self.qps.get_mut(&qpn).unwrap();
-        let from = qp.state;
-        qp::apply_attrs(qp, attr, mask);
+        let qp = self.qps.get_mut(&qpn).expect("looked up above");
+        let from = qp.core.state;
+        qp::apply_attrs(&mut qp.core, attr, mask);
+        if mask.contains(AttrMask::SQ_PSN) {
+            qp.req.start_at(attr.sq_psn);
+            qp.comp.start_at(attr.sq_psn);
+        }
+        if mask.contains(AttrMask::RQ_PSN) {
+            qp.resp.start_at(attr.rq_psn);
+        }
+        if mask.contains(AttrMask::RETRY_CNT) {
+            qp.comp.set_retry_cnt(attr.retry_cnt);
+        }
+        if mask.contains(AttrMask::RNR_RETRY) {
+            qp.comp.set_rnr_retry(attr.rnr_retry);
+        }
         match to {
-            QpState::Reset => reset_qp(qp),
-            QpState::Err if from != QpState::Err => completer::enter_error(qp, &mut self.res),
+            QpState::Reset => qp.reset(),
+            QpState::Err if from != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Sqd => {
-                qp.state = QpState::Sqd;
-                requester::check_drained(qp, &mut self.res);
+                qp.core.state = QpState::Sqd;
+                qp.check_drained(&mut self.res);
             }
-            _ => qp.state = to,
+            _ => qp.core.state = to,
         }
         self.schedule(qpn);
         self.sync_timer(qpn);
@@ -553,19 +419,23 @@ impl Engine {
     /// Posts a send work request (`ibv_post_send`). A QP in ERR (or SQE)
     /// completes it at once with WR_FLUSH_ERR.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        if let Some(d) = &wr.ud {
+            self.check_av(&d.av)?;
+        }
         let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        let q = &mut qp.core;
         let cfg = &self.res.cfg;
-        match qp.state {
+        match q.state {
             QpState::Rts | QpState::Sqd | QpState::Err | QpState::Sqe => {}
             s => return Err(VerbsError::BadState(s)),
         }
-        if qp.sq.len() >= qp.init.cap.max_send_wr as usize {
+        if q.sq.len() >= q.init.cap.max_send_wr as usize {
             return Err(VerbsError::QueueFull("send queue"));
         }
-        if wr.sg_list.len() > qp.init.cap.max_send_sge as usize {
+        if wr.sg_list.len() > q.init.cap.max_send_sge as usize {
             return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
         }
-        let t = qp.init.qp_type;
+        let t = q.init.qp_type;
         match (&wr.op, t) {
             (SendOp::Send | SendOp::SendWithImm { .. }, _) => {}
             (SendOp::SendWithInv { .. }, QpType::Rc | QpType::Uc) => {}
@@ -581,7 +451,7 @@ impl Engine {
             if wr.ud.is_none() {
                 return Err(VerbsError::Invalid("UD send needs a destination"));
             }
-            if length > qp.mtu() as u64 {
+            if length > q.mtu() as u64 {
                 return Err(VerbsError::Invalid("UD message larger than the MTU"));
             }
         }
@@ -608,27 +478,27 @@ impl Engine {
                 return Err(VerbsError::Invalid("atomic remote address not 8-byte aligned"));
             }
         }
-        if wr.op.is_read_or_atomic() && qp.attr.max_rd_atomic == 0 {
+        if wr.op.is_read_or_atomic() && q.attr.max_rd_atomic == 0 {
             return Err(VerbsError::Invalid("max_rd_atomic is 0: no RDMA READ or atomics on this QP"));
         }
         let inline_data = if wr.inline {
             if wr.op.is_read_or_atomic() {
                 return Err(VerbsError::Invalid("inline READ or atomic"));
             }
-            if length > u64::from(qp.init.cap.max_inline_data) {
+            if length > u64::from(q.init.cap.max_inline_data) {
                 return Err(VerbsError::Invalid("inline data larger than max_inline_data"));
             }
             let mut data = InlineData::zeroed(length as usize);
             self.res
                 .mrs
-                .gather(&wr.sg_list, qp.init.pd, 0, data.as_mut_slice())
+                .gather(&wr.sg_list, q.init.pd, 0, data.as_mut_slice())
                 .map_err(|_| VerbsError::Access("inline data SGE not readable"))?;
             Some(data)
         } else {
             None
         };
-        let signaled = wr.signaled || qp.init.sq_sig_all;
-        qp.sq.push_back(SendWqe {
+        let signaled = wr.signaled || q.init.sq_sig_all;
+        q.sq.push_back(SendWqe {
             wr,
             inline_data,
             length,
@@ -639,8 +509,9 @@ impl Engine {
             read_done: 0,
             done: None,
         });
-        if matches!(qp.state, QpState::Err | QpState::Sqe) {
-            completer::flush_send(qp, &mut self.res);
+        if matches!(q.state, QpState::Err | QpState::Sqe) {
+            q.flush_send(&mut self.res);
+            qp.req.abort(&qp.core);
         }
         self.schedule(qpn);
         Ok(())
@@ -648,23 +519,23 @@ impl Engine {
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("QP"))?;
-        if qp.init.srq.is_some() {
+        let q = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("QP"))?.core;
+        if q.init.srq.is_some() {
             return Err(VerbsError::Invalid("QP uses an SRQ"));
         }
-        if qp.state == QpState::Reset {
+        if q.state == QpState::Reset {
             return Err(VerbsError::BadState(QpState::Reset));
         }
-        if qp.rq.len() >= qp.init.cap.max_recv_wr as usize {
+        if q.rq.len() >= q.init.cap.max_recv_wr as usize {
             return Err(VerbsError::QueueFull("receive queue"));
         }
-        if wr.sg_list.len() > qp.init.cap.max_recv_sge as usize {
+        if wr.sg_list.len() > q.init.cap.max_recv_sge as usize {
             return Err(VerbsError::Invalid("more SGEs than max_recv_sge"));
         }
         let length = sge_total(&wr.sg_list);
-        qp.rq.push_back(RecvWqe { wr, length });
-        if qp.state == QpState::Err {
-            completer::flush_recv(qp, &mut self.res);
+        q.rq.push_back(RecvWqe { wr, length });
+        if q.state == QpState::Err {
+            q.flush_recv(&mut self.res);
         }
         Ok(())
     }
@@ -682,7 +553,7 @@ impl Engine {
         check
     }
 
-    /// Counts the datagram and checks its ICRC (see the module docs).
+    /// Counts the datagram and checks its ICRC (see `datagram`).
     fn check_icrc(&mut self, meta: &DatagramMeta, bytes: &[u8]) -> IcrcCheck {
         let c = &mut self.res.counters;
         c.rcvd_pkts += 1;
@@ -723,16 +594,15 @@ impl Engine {
     /// Handles a datagram whose ICRC is right.
     fn handle_checked(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
         let c = &mut self.res.counters;
-        let pkt = match RocePacket::new_checked(bytes)
-            .and_then(|v| RocePacketRepr::parse_view(&v).map(|p| (v, p)))
+        let (info, pkt) = match RocePacket::new_checked(bytes)
+            .and_then(|v| RocePacketRepr::parse_view(&v).map(|p| (v.opcode_info(), p)))
         {
-            Ok((v, p)) => (v.opcode_info(), p),
+            Ok(x) => x,
             Err(_) => {
                 c.malformed_dropped += 1;
                 return;
             }
         };
-        let (info, pkt) = pkt;
         if meta.ecn == 3 {
             c.ecn_ce_rcvd += 1;
         }
@@ -750,18 +620,22 @@ impl Engine {
             return;
         };
         let matches = matches!(
-            (info.transport, qp.init.qp_type),
+            (info.transport, qp.core.init.qp_type),
             (Transport::Rc, QpType::Rc) | (Transport::Uc, QpType::Uc) | (Transport::Ud, QpType::Ud)
         );
         if !matches {
             c.transport_mismatch_dropped += 1;
             return;
         }
+        let res = &mut self.res;
         if info.request {
-            responder::handle_request(qp, &mut self.res, now, meta, info, &pkt);
+            qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);
         } else {
-            completer::handle_response(qp, &mut self.res, now, info, &pkt);
+            qp.comp.handle_response(&mut qp.req, &mut qp.core, res, now, info, &pkt);
+            qp.settle(res);
+            qp.check_drained(res);
         }
+        qp.settle(res);
         schedule(&mut self.ready, qp);
         sync_timer(&mut self.timers, qp);
     }
@@ -772,27 +646,21 @@ impl Engine {
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.scheduled = false;
-            // A QP alternates: a request, then a response, so neither
-            // direction starves the other; a request goes first so that a
-            // reply the application just posted leaves before the ACK of the
-            // message it answers.
-            let len = if qp.resp_turn {
-                responder::poll_transmit(qp, &mut self.res, buf)
-                    .or_else(|| requester::poll_transmit(qp, &mut self.res, now, buf))
-            } else {
-                requester::poll_transmit(qp, &mut self.res, now, buf)
-                    .or_else(|| responder::poll_transmit(qp, &mut self.res, buf))
-            };
-            qp.resp_turn = !qp.resp_turn;
+            let len = qp.produce(&mut self.res, now, buf);
             let Some(len) = len else {
                 sync_timer(&mut self.timers, qp);
                 continue;
             };
             let tx = finish(&self.res.cfg, qp, buf, len);
-            self.res.counters.sent_pkts += 1;
             schedule(&mut self.ready, qp);
             sync_timer(&mut self.timers, qp);
-            return Some(tx);
+            match tx {
+                Some(tx) => {
+                    self.res.counters.sent_pkts += 1;
+                    return Some(tx);
+                }
+                None => self.res.counters.emit_errors += 1,
+            }
         }
         None
     }
@@ -808,7 +676,7 @@ impl Engine {
         self.timers.first().map(|&(t, _)| t)
     }
 
-    /// Runs the timers due at `now` (ACK timeouts, RNR back-off).
+    /// Runs the timers due at `now`, each by the role that armed it.
     pub fn handle_timeout(&mut self, now: Instant) {
         while let Some(&(t, qpn)) = self.timers.first() {
             if t > now {
@@ -817,7 +685,14 @@ impl Engine {
             self.timers.remove(&(t, qpn));
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.timer_key = None;
-                completer::handle_timer(qp, &mut self.res, now);
+                while let Some(kind) = qp.core.timers.take_next_due(now) {
+                    match kind {
+                        TimerKind::Ack | TimerKind::Rnr => {
+                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
+                        }
+                    }
+                    qp.settle(&mut self.res);
+                }
                 schedule(&mut self.ready, qp);
                 sync_timer(&mut self.timers, qp);
             }
@@ -843,120 +718,159 @@ impl Engine {
 
     /// Send WRs posted and not yet completed on a QP.
     pub fn sq_outstanding(&self, qpn: u32) -> usize {
-        self.qps.get(&qpn).map_or(0, |q| q.sq.len())
+        self.qps.get(&qpn).map_or(0, |q| q.core.sq.len())
+    }
+}
+
+/// A QP: its shared core and its three roles, each owning its own state.
+struct QpEntry {
+    core: QpCore,
+    req: Requester,
+    comp: Completer,
+    resp: Responder,
+    /// Present in the engine's ready list.
+    scheduled: bool,
+    /// Whose turn it is to transmit: the responder's (true) or the requester's.
+    resp_turn: bool,
+    /// Deadline registered in the engine's timer set.
+    timer_key: Option<Instant>,
+}
+
+impl QpEntry {
+    fn new(core: QpCore) -> QpEntry {
+        QpEntry {
+            core,
+            req: Requester::default(),
+            comp: Completer::default(),
+            resp: Responder::default(),
+            scheduled: false,
+            resp_turn: false,
+            timer_key: None,
+        }
+    }
+
+    /// Back to RESET: queues emptied without completions, every role's
+    /// state cleared.
+    fn reset(&mut self) {
+        let (qpn, init, sport) = (self.core.qpn, self.core.init, self.core.udp_sport);
+        let (scheduled, timer_key) = (self.scheduled, self.timer_key);
+        *self = QpEntry::new(QpCore::new(qpn, init, sport));
+        self.scheduled = scheduled;
+        self.timer_key = timer_key;
+    }
+
+    /// The one way into the error state (IBTA vol. 1 §10.3.1: every
+    /// outstanding WQE completes with WR_FLUSH_ERR, the one that failed with
+    /// its own status): the state and the `QpFatal` event, the timers
+    /// stopped, the roles' work dropped, both queues flushed.
+    fn enter_error(&mut self, res: &mut Res) {
+        self.core.set_error_state(res);
+        self.resp.abort(&mut self.core, res);
+        self.core.flush_send(res);
+        self.core.flush_recv(res);
+        self.req.abort(&self.core);
+    }
+
+    /// After a role ran: if it raised an error, end the QP now.
+    fn settle(&mut self, res: &mut Res) {
+        if self.core.take_error() {
+            self.enter_error(res);
+        }
+    }
+
+    /// In SQD, raise `SqDrained` once nothing is outstanding.
+    fn check_drained(&mut self, res: &mut Res) {
+        if self.core.state == QpState::Sqd
+            && self.comp.psn() == self.req.psn()
+            && self.req.at_message_boundary()
+        {
+            res.events.push_back(AsyncEvent::SqDrained(self.core.qpn));
+        }
+    }
+
+    /// The next packet of this QP, alternating between a request and a
+    /// response so that neither direction starves the other; a request goes
+    /// first so that a reply the application just posted leaves before the
+    /// ACK of the message it answers.
+    fn produce(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let len = if self.resp_turn {
+            self.respond(res, buf).or_else(|| self.request(res, now, buf))
+        } else {
+            self.request(res, now, buf).or_else(|| self.respond(res, buf))
+        };
+        self.resp_turn = !self.resp_turn;
+        len
+    }
+
+    fn request(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        let r = self.req.poll_transmit(&mut self.core, res, now, self.comp.psn(), buf);
+        if r.is_err() {
+            self.settle(res);
+            return None;
+        }
+        let len = r.ok().flatten()?;
+        if self.core.init.qp_type != QpType::Rc {
+            self.comp.unreliable_sent(&self.req);
+        }
+        Some(len)
+    }
+
+    fn respond(&mut self, res: &mut Res, buf: &mut [u8]) -> Option<usize> {
+        let len = self.resp.poll_transmit(&mut self.core, res, buf);
+        self.settle(res);
+        len
     }
 }
 
 /// Puts a QP on the ready list (once).
-fn schedule(ready: &mut VecDeque<u32>, qp: &mut Qp) {
+fn schedule(ready: &mut VecDeque<u32>, qp: &mut QpEntry) {
     if !qp.scheduled {
         qp.scheduled = true;
-        ready.push_back(qp.qpn);
+        ready.push_back(qp.core.qpn);
     }
 }
 
-/// Keeps the timer set in step with the QP's deadlines.
-fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut Qp) {
-    let want = match (qp.comp.ack_deadline, qp.comp.rnr_until) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+/// Keeps the engine's timer set in step with the QP's earliest deadline.
+fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut QpEntry) {
+    let want = qp.core.timers.earliest();
     if want != qp.timer_key {
         if let Some(old) = qp.timer_key {
-            timers.remove(&(old, qp.qpn));
+            timers.remove(&(old, qp.core.qpn));
         }
         if let Some(new) = want {
-            timers.insert((new, qp.qpn));
+            timers.insert((new, qp.core.qpn));
         }
         qp.timer_key = want;
     }
 }
 
 /// Fills in the ICRC and the transmit metadata for a packet of `len`
-/// bytes (BTH through ICRC) that a role wrote into `buf`.
-fn finish(cfg: &EngineConfig, qp: &Qp, buf: &mut [u8], len: usize) -> Transmit {
-    let av = qp.av();
-    let ud_dest = buf_dest_override(qp);
-    let av = ud_dest.as_ref().map_or(av, |d| &d.av);
+/// bytes (BTH through ICRC) that a role wrote into `buf`. `None` if the ICRC
+/// cannot be computed (the addresses mix IPv4 and IPv6, which post and
+/// modify refuse): such a packet must not leave with stale ICRC bytes.
+fn finish(cfg: &EngineConfig, qp: &QpEntry, buf: &mut [u8], len: usize) -> Option<Transmit> {
+    let q = &qp.core;
+    let ud_dest = if q.init.qp_type == QpType::Ud { qp.req.last_ud_dest() } else { None };
+    let av = ud_dest.as_ref().map_or(q.av(), |d| &d.av);
     let (dst, tclass, hop, flow) = (av.dgid, av.traffic_class, av.hop_limit, av.flow_label);
-    let src = cfg.gids.get(usize::from(av.sgid_index)).copied().unwrap_or(dst);
+    let src = *cfg.gids.get(usize::from(av.sgid_index))?;
     let ecn = if cfg.ecn { 2 } else { 0 };
     let meta = DatagramMeta {
         src,
         dst,
-        src_port: cfg.fixed_src_port.unwrap_or(qp.udp_sport),
+        src_port: cfg.fixed_src_port.unwrap_or(q.udp_sport),
         dst_port: av.udp_port.unwrap_or(cfg.udp_port),
         ecn,
         ipv4_id: Some(0),
     };
-    if let Some(crc) = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN]) {
-        buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
-    }
-    Transmit { meta, traffic_class: (tclass & !3) | ecn, hop_limit: hop, flow_label: flow, len, qpn: qp.qpn }
-}
-
-/// For UD the destination comes from the WR being sent; the requester records
-/// it on the QP before returning the packet.
-fn buf_dest_override(qp: &Qp) -> Option<UdDest> {
-    if qp.init.qp_type == QpType::Ud {
-        qp.req.last_ud_dest
-    } else {
-        None
-    }
-}
-
-/// Back to RESET: queues emptied without completions, state cleared.
-fn reset_qp(qp: &mut Qp) {
-    let (qpn, init, sport) = (qp.qpn, qp.init, qp.udp_sport);
-    let (scheduled, timer_key) = (qp.scheduled, qp.timer_key);
-    *qp = Qp::new(qpn, init, sport);
-    qp.scheduled = scheduled;
-    qp.timer_key = timer_key;
-}
-
-/// The ICRC of a RoCEv2 datagram with this metadata: over the IP and UDP
-/// headers it travels in, rebuilt from `meta` (see the module docs), and
-/// `body` (BTH through pad). `None` if the addresses mix IPv4 and IPv6 or
-/// the datagram is too long for IP.
-pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
-    let (hdr, hlen, net) = ip_udp_header(meta, body.len() + icrc::ICRC_LEN)?;
-    Some(icrc::compute_split(&hdr[..hlen], body, net))
-}
-
-/// The IP and UDP headers a datagram travels in, as the ICRC sees them.
-/// Returns the bytes, their length and the header kind.
-pub(crate) fn ip_udp_header(
-    meta: &DatagramMeta,
-    transport_len: usize,
-) -> Option<([u8; 48], usize, NetHeader)> {
-    let mut h = [0u8; 48];
-    let udp_len = 8 + transport_len;
-    let (ip_len, net) = match (meta.src, meta.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let total = u16::try_from(20 + udp_len).ok()?;
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].copy_from_slice(&meta.ipv4_id.unwrap_or(0).to_be_bytes());
-            h[6] = 0x40; // DF
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            (20, NetHeader::Ipv4)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let plen = u16::try_from(udp_len).ok()?;
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&plen.to_be_bytes());
-            h[6] = 17;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-            (40, NetHeader::Ipv6)
-        }
-        _ => return None,
-    };
-    let u = &mut h[ip_len..ip_len + 8];
-    u[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    Some((h, ip_len + 8, net))
+    let crc = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN])?;
+    buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
+    Some(Transmit {
+        meta,
+        traffic_class: (tclass & !3) | ecn,
+        hop_limit: hop,
+        flow_label: flow,
+        len,
+        qpn: q.qpn,
+    })
 }

@@ -10,7 +10,14 @@ mod cq;
 mod mr;
 mod qp;
 mod requester;
+mod res;
 mod responder;
+mod timers;
+mod wqe;
+
+pub mod config;
+pub mod datagram;
+pub mod limits;
 
 pub mod connect;
 pub mod counters;

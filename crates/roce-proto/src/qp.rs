@@ -1,209 +1,24 @@
-//! Queue pairs: their state, work queues and the `modify_qp` state machine
-//! (IBTA vol. 1 §10.3 and §11.2.4.2; the required/optional attribute table is
-//! that of `ibv_modify_qp(3)`).
+//! What a queue pair's roles share (IBTA vol. 1 §10.3, §11.2.4.2): its
+//! identity, state and attributes, the send and receive queues, its timers;
+//! the error state with its flushes; and the `modify_qp` state machine (the
+//! required/optional attribute table is that of `ibv_modify_qp(3)`).
+//!
+//! The requester, completer and responder keep their own progress in their
+//! own modules and reach the QP through `QpCore`.
 
 use std::collections::VecDeque;
 
-use roce_wire::Psn;
-
-use crate::time::Instant;
+use crate::limits::{self, MAX_RD_ATOMIC};
+use crate::res::Res;
+use crate::timers::Timers;
 use crate::verbs::{
-    AddressVector, AttrMask, PathMtu, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendWr, VerbsError,
+    AddressVector, AsyncEvent, AttrMask, QpAttr, QpInitAttr, QpState, QpType, VerbsError, Wc, WcOpcode,
     WcStatus,
 };
+use crate::wqe::{RecvWqe, SendWqe};
 
-/// Largest max_rd_atomic / max_dest_rd_atomic the device supports.
-pub const MAX_RD_ATOMIC: u8 = 16;
-
-/// Inline data copied at post time: small payloads (the latency case) live
-/// in the WQE itself, larger ones on the heap.
-#[derive(Debug)]
-pub(crate) enum InlineData {
-    Small { buf: [u8; InlineData::SMALL], len: u8 },
-    Large(Vec<u8>),
-}
-
-impl InlineData {
-    pub const SMALL: usize = 64;
-
-    pub fn zeroed(len: usize) -> InlineData {
-        if len <= Self::SMALL {
-            InlineData::Small { buf: [0; Self::SMALL], len: len as u8 }
-        } else {
-            InlineData::Large(vec![0; len])
-        }
-    }
-
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        match self {
-            InlineData::Small { buf, len } => &mut buf[..usize::from(*len)],
-            InlineData::Large(v) => v,
-        }
-    }
-
-    pub fn as_slice(&self) -> &[u8] {
-        match self {
-            InlineData::Small { buf, len } => &buf[..usize::from(*len)],
-            InlineData::Large(v) => v,
-        }
-    }
-}
-
-/// A posted send work request and its progress.
-#[derive(Debug)]
-pub(crate) struct SendWqe {
-    pub wr: SendWr,
-    /// The data of an inline send, copied at post time.
-    pub inline_data: Option<InlineData>,
-    /// Message length in bytes.
-    pub length: u64,
-    pub signaled: bool,
-    /// PSN of the first and last packet (valid once `sent` is set).
-    pub first_psn: Psn,
-    pub last_psn: Psn,
-    /// The requester began sending it: its PSN range is assigned.
-    pub started: bool,
-    /// READ: bytes of response placed so far.
-    pub read_done: u64,
-    /// Final status once retired by the completer.
-    pub done: Option<WcStatus>,
-}
-
-impl SendWqe {
-    pub fn npkts(&self, mtu: usize) -> u32 {
-        if self.wr.op.is_read_or_atomic() {
-            1
-        } else {
-            self.length.div_ceil(mtu as u64).max(1) as u32
-        }
-    }
-    /// Number of response PSNs a READ consumes.
-    pub fn resp_pkts(&self, mtu: usize) -> u32 {
-        if matches!(self.wr.op, crate::verbs::SendOp::Read { .. }) {
-            self.length.div_ceil(mtu as u64).max(1) as u32
-        } else {
-            1
-        }
-    }
-}
-
-/// Requester progress (rxe_req.c's `qp->req`).
-#[derive(Debug, Default)]
-pub(crate) struct ReqState {
-    /// Sequence number of the next WQE to send (see `Qp::sq_base`).
-    pub next: u64,
-    /// Bytes of that WQE already sent.
-    pub offset: u64,
-    /// Next PSN to assign.
-    pub psn: Psn,
-    /// One past the highest PSN ever sent (go-back-N moves `psn` back, not this).
-    pub psn_hi: Psn,
-    /// Packets sent since the last one that asked for an ACK.
-    pub noack_pkts: u32,
-    /// PSN of the last packet sent with AckReq.
-    pub ackreq_psn: Option<Psn>,
-    /// READ/atomic WQEs sent and not yet completed.
-    pub rd_atomic_outstanding: u32,
-    /// UD: the destination of the packet just produced.
-    pub last_ud_dest: Option<crate::verbs::UdDest>,
-}
-
-/// A restart of transmission that a gap in the responses caused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct GapRetry {
-    /// Where transmission restarted.
-    pub at: Psn,
-    /// Responses from before the restart that may still arrive (one per
-    /// PSN that was outstanding past `at`).
-    pub stale: u32,
-    /// When; a repeat is allowed after a fraction of the ACK timeout.
-    pub when: Instant,
-}
-
-/// Completer progress (rxe_comp.c's `qp->comp`).
-#[derive(Debug, Default)]
-pub(crate) struct CompState {
-    /// Oldest PSN not yet acknowledged.
-    pub psn: Psn,
-    pub retry_left: u8,
-    pub rnr_retry_left: u8,
-    /// Local ACK timeout deadline, while packets are outstanding.
-    pub ack_deadline: Option<Instant>,
-    /// While set, the requester waits (RNR back-off) until this time.
-    pub rnr_until: Option<Instant>,
-    /// The last restart a response gap caused (see `completer`).
-    pub gap_retry: Option<GapRetry>,
-}
-
-/// A receive work request waiting for a message.
-#[derive(Debug, Clone)]
-pub(crate) struct RecvWqe {
-    pub wr: RecvWr,
-    pub length: u64,
-}
-
-/// What the responder is in the middle of.
-#[derive(Debug, Clone)]
-pub(crate) enum InMsg {
-    /// A multi-packet SEND: the receive WQE it consumes and bytes placed.
-    Send { wqe: RecvWqe, placed: u64 },
-    /// A multi-packet RDMA WRITE: the region and bytes remaining.
-    Write { rkey: u32, va: u64, remaining: u64, dma_len: u64 },
-}
-
-/// Saved state for replaying a duplicate READ or atomic (IBTA §9.7.5.1.2:
-/// "responder resources"; never re-execute an atomic).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum RespResource {
-    Read { first_psn: Psn, last_psn: Psn },
-    Atomic { psn: Psn, orig: u64, msn: u32 },
-}
-
-/// A packet the responder owes the requester.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum RespItem {
-    /// ACK or NAK with this syndrome, for `psn`.
-    Ack {
-        psn: Psn,
-        syndrome: roce_wire::Syndrome,
-        msn: u32,
-    },
-    /// READ response packets still to send; `replay` for a duplicate request.
-    Read {
-        rkey: u32,
-        va: u64,
-        remaining: u64,
-        psn: Psn,
-        first: bool,
-        msn: u32,
-        replay: bool,
-    },
-    AtomicAck {
-        psn: Psn,
-        orig: u64,
-        msn: u32,
-        replay: bool,
-    },
-}
-
-/// Responder progress (rxe_resp.c's `qp->resp`).
-#[derive(Debug, Default)]
-pub(crate) struct RespState {
-    /// Expected PSN.
-    pub epsn: Psn,
-    /// Message sequence number: messages completed (24 bits).
-    pub msn: u32,
-    /// A NAK (sequence or RNR) was sent for `epsn`: drop further
-    /// out-of-sequence packets silently until it arrives.
-    pub nak_sent: bool,
-    pub cur: Option<InMsg>,
-    pub resources: VecDeque<RespResource>,
-    pub outq: VecDeque<RespItem>,
-    /// After sending the NAK at the head of `outq`, move the QP to ERR.
-    pub error_after_nak: bool,
-}
-
-pub(crate) struct Qp {
+/// The shared part of a QP.
+pub(crate) struct QpCore {
     pub qpn: u32,
     pub init: QpInitAttr,
     pub state: QpState,
@@ -212,22 +27,17 @@ pub(crate) struct Qp {
     pub sq: VecDeque<SendWqe>,
     pub sq_base: u64,
     pub rq: VecDeque<RecvWqe>,
-    pub req: ReqState,
-    pub comp: CompState,
-    pub resp: RespState,
-    /// Present in the engine's ready list.
-    pub scheduled: bool,
-    /// Whose turn it is to transmit: the responder's (true) or the requester's.
-    pub resp_turn: bool,
-    /// Deadline registered in the engine's timer set.
-    pub timer_key: Option<Instant>,
+    pub timers: Timers,
     /// UDP source port: flow entropy (Annex A17.4.2).
     pub udp_sport: u16,
+    /// A role met an error that ends the QP: the engine moves it to ERR as
+    /// soon as the role returns (`Engine::settle`), in one place.
+    error_pending: bool,
 }
 
-impl Qp {
-    pub fn new(qpn: u32, init: QpInitAttr, udp_sport: u16) -> Qp {
-        Qp {
+impl QpCore {
+    pub fn new(qpn: u32, init: QpInitAttr, udp_sport: u16) -> QpCore {
+        QpCore {
             qpn,
             init,
             state: QpState::Reset,
@@ -235,19 +45,15 @@ impl Qp {
             sq: VecDeque::new(),
             sq_base: 0,
             rq: VecDeque::new(),
-            req: ReqState::default(),
-            comp: CompState::default(),
-            resp: RespState::default(),
-            scheduled: false,
-            resp_turn: false,
-            timer_key: None,
+            timers: Timers::default(),
             udp_sport,
+            error_pending: false,
         }
     }
 
     pub fn mtu(&self) -> usize {
         match self.init.qp_type {
-            QpType::Ud => PathMtu::Mtu4096.bytes(),
+            QpType::Ud => limits::UD_MTU,
             _ => self.attr.path_mtu.bytes(),
         }
     }
@@ -273,6 +79,118 @@ impl Qp {
     /// True when the QP accepts incoming requests.
     pub fn can_receive(&self) -> bool {
         matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe)
+    }
+
+    /// Takes the next receive WQE (from the QP's SRQ if it has one).
+    pub fn take_recv(&mut self, res: &mut Res) -> Option<RecvWqe> {
+        match self.init.srq {
+            None => self.rq.pop_front(),
+            Some(id) => {
+                let srq = res.srqs.get_mut(&id.0)?;
+                let w = srq.wqes.pop_front();
+                if srq.limit > 0 && (srq.wqes.len() as u32) < srq.limit {
+                    srq.limit = 0;
+                    res.events.push_back(AsyncEvent::SrqLimitReached(id));
+                }
+                w
+            }
+        }
+    }
+
+    /// Puts back a receive WQE taken for a message that was abandoned.
+    pub fn untake_recv(&mut self, res: &mut Res, w: RecvWqe) {
+        match self.init.srq {
+            None => self.rq.push_front(w),
+            Some(id) => {
+                if let Some(srq) = res.srqs.get_mut(&id.0) {
+                    srq.wqes.push_front(w)
+                }
+            }
+        }
+    }
+
+    /// Whether a receive WQE is waiting (in the RQ or the SRQ).
+    pub fn has_recv(&self, res: &Res) -> bool {
+        match self.init.srq {
+            None => !self.rq.is_empty(),
+            Some(s) => res.srqs.get(&s.0).is_some_and(|s| !s.wqes.is_empty()),
+        }
+    }
+
+    /// Pops finished WQEs off the front of the SQ, raising completions:
+    /// always for errors, for successes only if signalled (IBTA §10.7.2.1).
+    pub fn retire(&mut self, res: &mut Res) {
+        while let Some(w) = self.sq.front() {
+            let Some(status) = w.done else { break };
+            let w = self.sq.pop_front().expect("front exists");
+            self.sq_base += 1;
+            if status != WcStatus::Success {
+                res.counters.send_err += 1;
+            }
+            if w.signaled || status != WcStatus::Success {
+                let mut wc = Wc::new(w.wr.wr_id, status, w.wr.op.wc_opcode(), self.qpn);
+                if status == WcStatus::Success {
+                    wc.byte_len = w.length as u32;
+                }
+                res.complete(self.init.send_cq, wc);
+            }
+        }
+    }
+
+    /// A role met an error that ends the QP (retry exhaustion, a fatal NAK,
+    /// a local protection error). The engine moves the QP to ERR when the
+    /// role returns.
+    pub fn raise_error(&mut self) {
+        self.error_pending = true;
+    }
+
+    /// Completes the oldest unfinished send WQE with `status` and ends the
+    /// QP (`raise_error`).
+    pub fn fail_front(&mut self, status: WcStatus) {
+        if let Some(w) = self.sq.iter_mut().find(|w| w.done.is_none()) {
+            w.done = Some(status);
+        }
+        self.raise_error();
+    }
+
+    /// Takes the pending error, if a role raised one.
+    pub fn take_error(&mut self) -> bool {
+        std::mem::take(&mut self.error_pending)
+    }
+
+    /// Moves to ERR (raising `QpFatal` once) and stops the timers; the
+    /// engine then has the roles drop their work and flushes the queues.
+    pub fn set_error_state(&mut self, res: &mut Res) {
+        if self.state != QpState::Err {
+            self.state = QpState::Err;
+            res.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        }
+        self.timers.clear_all();
+    }
+
+    /// Completes every unfinished send WQE with WR_FLUSH_ERR (a WQE that
+    /// failed keeps its own status) and retires them.
+    pub fn flush_send(&mut self, res: &mut Res) {
+        for w in self.sq.iter_mut() {
+            if w.done.is_none() {
+                w.done = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.retire(res);
+    }
+
+    /// Completes every receive WQE of the QP's own RQ with WR_FLUSH_ERR (an
+    /// SRQ is shared and keeps its WQEs).
+    pub fn flush_recv(&mut self, res: &mut Res) {
+        while let Some(w) = self.rq.pop_front() {
+            self.flush_one_recv(res, w);
+        }
+    }
+
+    /// Completes one receive WQE with WR_FLUSH_ERR.
+    pub fn flush_one_recv(&mut self, res: &mut Res, w: RecvWqe) {
+        let wc = Wc::new(w.wr.wr_id, WcStatus::WrFlushErr, WcOpcode::Recv, self.qpn);
+        res.complete(self.init.recv_cq, wc);
     }
 }
 
@@ -345,7 +263,7 @@ fn transition_masks(t: QpType, from: QpState, to: QpState) -> Option<(AttrMask, 
 
 /// Validates a modify request against the transition table and value ranges.
 /// Returns the target state.
-pub(crate) fn check_modify(qp: &Qp, attr: &QpAttr, mask: AttrMask) -> Result<QpState, VerbsError> {
+pub(crate) fn check_modify(qp: &QpCore, attr: &QpAttr, mask: AttrMask) -> Result<QpState, VerbsError> {
     let cur = if mask.contains(M::CUR_STATE) { attr.cur_qp_state } else { qp.state };
     if cur != qp.state {
         return Err(VerbsError::Invalid("cur_qp_state does not match the QP's state"));
@@ -392,9 +310,11 @@ pub(crate) fn check_modify(qp: &Qp, attr: &QpAttr, mask: AttrMask) -> Result<QpS
     Ok(to)
 }
 
-/// Copies the attributes named in `mask` into the QP.
-pub(crate) fn apply_attrs(qp: &mut Qp, attr: &QpAttr, mask: AttrMask) {
-    let a = &mut qp.attr;
+/// Copies the attributes named in `mask` into the QP's attributes. What the
+/// roles derive from them (starting PSNs, retry counts) the engine hands to
+/// each role.
+pub(crate) fn apply_attrs(q: &mut QpCore, attr: &QpAttr, mask: AttrMask) {
+    let a = &mut q.attr;
     if mask.contains(M::ACCESS_FLAGS) {
         a.qp_access_flags = attr.qp_access_flags;
     }
@@ -412,13 +332,9 @@ pub(crate) fn apply_attrs(qp: &mut Qp, attr: &QpAttr, mask: AttrMask) {
     }
     if mask.contains(M::RQ_PSN) {
         a.rq_psn = attr.rq_psn;
-        qp.resp.epsn = attr.rq_psn;
     }
     if mask.contains(M::SQ_PSN) {
         a.sq_psn = attr.sq_psn;
-        qp.req.psn = attr.sq_psn;
-        qp.req.psn_hi = attr.sq_psn;
-        qp.comp.psn = attr.sq_psn;
     }
     if mask.contains(M::MAX_DEST_RD_ATOMIC) {
         a.max_dest_rd_atomic = attr.max_dest_rd_atomic;
@@ -434,11 +350,9 @@ pub(crate) fn apply_attrs(qp: &mut Qp, attr: &QpAttr, mask: AttrMask) {
     }
     if mask.contains(M::RETRY_CNT) {
         a.retry_cnt = attr.retry_cnt;
-        qp.comp.retry_left = attr.retry_cnt;
     }
     if mask.contains(M::RNR_RETRY) {
         a.rnr_retry = attr.rnr_retry;
-        qp.comp.rnr_retry_left = attr.rnr_retry;
     }
     if mask.contains(M::PKEY_INDEX) {
         a.pkey_index = attr.pkey_index;

@@ -2,220 +2,420 @@
 //!
 //! Segmentation by path MTU (IBTA vol. 1 §9.4: First/Middle carry exactly one
 //! PMTU, Last/Only the rest), one PSN per packet and, for an RDMA READ, one
-//! PSN per expected response packet (§9.4.4); AckReq on the last packet of a
-//! message and every `ack_req_every` packets; at most `max_rd_atomic` READs
-//! and atomics outstanding (§9.5, C9-xx initiator depth); the fence waits for
-//! earlier READs and atomics; at most `max_unacked_psns` PSNs in flight.
+//! PSN per expected response packet (§9.4.4); AckReq where a completion is
+//! waited for and every `ack_req_every` packets (§9.2.6 leaves it to the
+//! requester); at most `max_rd_atomic` READs and atomics outstanding (§9.5,
+//! the initiator depth); the fence waits for earlier READs and atomics; at
+//! most `max_unacked_psns` PSNs in flight. Opcodes come from the wire
+//! layer's table, named by operation, position and suffix.
+//!
+//! The requester owns its cursor (which WQE, which byte, which PSN). The
+//! completer moves it back for a retransmission (`rewind`); nothing else
+//! writes it.
 
-use roce_wire::{AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, RethRepr, RocePacketRepr};
+use roce_wire::opcode::{self, Suffix};
+use roce_wire::{
+    AtomicEthRepr, BthRepr, DethRepr, ExtHeaders, Operation, Position, Psn, RethRepr, RocePacketRepr,
+    Transport,
+};
 
-use crate::completer;
-use crate::engine::Res;
-use crate::qp::Qp;
+use crate::qp::QpCore;
+use crate::res::Res;
 use crate::time::{ack_timeout, Instant};
-use crate::verbs::{AsyncEvent, QpState, QpType, SendOp, WcStatus};
+use crate::timers::TimerKind;
+use crate::verbs::{AsyncEvent, QpState, QpType, SendOp, UdDest, WcStatus};
 
-/// Opcode for a packet of `op` at this position, on transport `t`
-/// (`OpCode[7:5]` = 000 RC, 001 UC, 011 UD).
-fn opcode(t: QpType, op: &SendOp, first: bool, last: bool) -> u8 {
-    let base = match t {
-        QpType::Rc => 0x00,
-        QpType::Uc => 0x20,
-        QpType::Ud => 0x60,
-    };
-    let low = match (op, first, last) {
-        (SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }, true, false) => 0x00,
-        (SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }, false, false) => 0x01,
-        (SendOp::Send, false, true) => 0x02,
-        (SendOp::SendWithImm { .. }, false, true) => 0x03,
-        (SendOp::Send, true, true) => 0x04,
-        (SendOp::SendWithImm { .. }, true, true) => 0x05,
-        (SendOp::SendWithInv { .. }, false, true) => 0x16,
-        (SendOp::SendWithInv { .. }, true, true) => 0x17,
-        (SendOp::Write { .. } | SendOp::WriteWithImm { .. }, true, false) => 0x06,
-        (SendOp::Write { .. } | SendOp::WriteWithImm { .. }, false, false) => 0x07,
-        (SendOp::Write { .. }, false, true) => 0x08,
-        (SendOp::WriteWithImm { .. }, false, true) => 0x09,
-        (SendOp::Write { .. }, true, true) => 0x0a,
-        (SendOp::WriteWithImm { .. }, true, true) => 0x0b,
-        (SendOp::Read { .. }, _, _) => 0x0c,
-        (SendOp::CompareSwap { .. }, _, _) => 0x13,
-        (SendOp::FetchAdd { .. }, _, _) => 0x14,
-    };
-    base | low
+/// Requester progress (rxe_req.c's `qp->req`).
+#[derive(Debug, Default)]
+pub(crate) struct Requester {
+    /// Sequence number of the next WQE to send (see `QpCore::sq_base`).
+    next: u64,
+    /// Bytes of that WQE already sent.
+    offset: u64,
+    /// Next PSN to assign.
+    psn: Psn,
+    /// One past the highest PSN ever sent (a rewind moves `psn` back, not this).
+    psn_hi: Psn,
+    /// Packets sent since the last one that asked for an ACK.
+    noack_pkts: u32,
+    /// PSN of the last packet sent with AckReq.
+    ackreq_psn: Option<Psn>,
+    /// READ/atomic WQEs sent and not yet completed.
+    rd_atomic_outstanding: u32,
+    /// UD: the destination of the packet just produced.
+    last_ud_dest: Option<UdDest>,
 }
 
-/// Produces the next request packet of `qp` into `buf` (BTH through ICRC,
-/// the ICRC left for the engine). Returns its length.
-pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
-    if !qp.can_send() && qp.state != QpState::Sqd {
-        return None;
-    }
-    if qp.comp.rnr_until.is_some() {
-        return None;
-    }
-    let seq = qp.req.next;
-    let mtu = qp.mtu();
-    let t = qp.init.qp_type;
-    let wqe = qp.wqe(seq)?;
-    if wqe.done.is_some() {
-        return None;
-    }
-    // SQD: stop at a message boundary.
-    if qp.state == QpState::Sqd && qp.req.offset == 0 && !wqe.started {
-        return None;
-    }
-    if t == QpType::Rc {
-        let in_flight = qp.req.psn.distance(qp.comp.psn).max(0) as u32;
-        if in_flight >= res.cfg.max_unacked_psns {
-            return None;
-        }
-        if wqe.wr.op.is_read_or_atomic() && qp.req.rd_atomic_outstanding >= u32::from(qp.attr.max_rd_atomic) {
-            return None;
-        }
-        if wqe.wr.fence && qp.req.rd_atomic_outstanding > 0 {
-            return None;
-        }
+/// What the requester could not do with a WQE it had to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendFault {
+    /// The gather from local memory failed (IBTA §10.8.3.1: local
+    /// protection error).
+    Protection,
+    /// The packet could not be built (no opcode for it, or the buffer the
+    /// driver gave is too small): a local QP operation error.
+    Emit,
+}
+
+impl Requester {
+    /// Starts sending at `psn` (`ibv_modify_qp` with `IBV_QP_SQ_PSN`).
+    pub fn start_at(&mut self, psn: Psn) {
+        self.psn = psn;
+        self.psn_hi = psn;
     }
 
-    let op = wqe.wr.op;
-    let psn = qp.req.psn;
-    let (first, last, payload_len) = if op.is_read_or_atomic() {
-        (true, true, 0)
-    } else {
-        let remaining = wqe.length - qp.req.offset;
-        let n = remaining.min(mtu as u64) as usize;
-        (qp.req.offset == 0, qp.req.offset + n as u64 == wqe.length, n)
-    };
-    let mut ext = ExtHeaders::default();
-    match op {
-        SendOp::Write { remote_addr, rkey } | SendOp::WriteWithImm { remote_addr, rkey, .. } if first => {
-            ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: wqe.length as u32 });
-        }
-        SendOp::Read { remote_addr, rkey } => {
-            let done = wqe.read_done;
-            ext.reth = Some(RethRepr { va: remote_addr + done, rkey, dma_len: (wqe.length - done) as u32 });
-        }
-        SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
-        }
-        SendOp::FetchAdd { remote_addr, rkey, add } => {
-            ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
-        }
-        _ => {}
+    /// The next PSN to be assigned.
+    pub fn psn(&self) -> Psn {
+        self.psn
     }
-    if last {
+
+    /// One past the highest PSN ever sent.
+    pub fn psn_hi(&self) -> Psn {
+        self.psn_hi
+    }
+
+    /// PSN of the last packet that asked for an ACK.
+    pub fn ackreq_psn(&self) -> Option<Psn> {
+        self.ackreq_psn
+    }
+
+    /// No message is half sent.
+    pub fn at_message_boundary(&self) -> bool {
+        self.offset == 0
+    }
+
+    /// The destination of the UD packet just produced.
+    pub fn last_ud_dest(&self) -> Option<UdDest> {
+        self.last_ud_dest
+    }
+
+    /// A READ or atomic completed: room for another.
+    pub fn read_or_atomic_done(&mut self) {
+        self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
+    }
+
+    /// The QP ended (or its send queue was flushed): nothing is outstanding
+    /// and nothing is left to send.
+    pub fn abort(&mut self, q: &QpCore) {
+        self.rd_atomic_outstanding = 0;
+        self.next = q.sq_base + q.sq.len() as u64;
+        self.offset = 0;
+    }
+
+    /// Whether the completer retired the WQE the cursor is on (its late
+    /// response came after a rewind).
+    pub fn behind(&self, q: &QpCore) -> bool {
+        self.next < q.sq_base
+    }
+
+    /// Restarts transmission at `psn` (go-back-N): the cursor moves to the
+    /// WQE holding that PSN, at that packet. `oldest` is the oldest
+    /// unacknowledged PSN, where a WQE not yet started resumes. A READ
+    /// resumes at the first missing response (a new request for the rest,
+    /// IBTA §9.7.5.2.4).
+    pub fn rewind(&mut self, q: &mut QpCore, oldest: Psn, psn: Psn) {
+        let mtu = q.mtu() as u64;
+        let mut resume = None;
+        for (i, w) in q.sq.iter().enumerate() {
+            if w.done.is_some() {
+                continue;
+            }
+            if !w.started {
+                resume.get_or_insert((i, 0u64, w.first_psn, true));
+                break;
+            }
+            let within = psn.in_window(w.first_psn, w.last_psn.distance(w.first_psn) as u32 + 1);
+            if within || psn.is_before(w.first_psn) {
+                let k = if within { psn.distance(w.first_psn) as u64 } else { 0 };
+                resume = Some((i, k, w.first_psn.add(k as u32), false));
+                break;
+            }
+        }
+        let base = q.sq_base;
+        let Some((i, k, at, fresh)) = resume else {
+            // Nothing outstanding: continue with whatever is unsent, from the
+            // oldest unacknowledged PSN.
+            self.next = base + q.sq.iter().position(|w| w.done.is_none()).unwrap_or(q.sq.len()) as u64;
+            self.offset = 0;
+            self.psn = oldest;
+            return;
+        };
+        self.next = base + i as u64;
+        self.psn = if fresh { oldest } else { at };
+        let w = &mut q.sq[i];
+        match w.wr.op {
+            SendOp::Read { .. } => {
+                self.offset = 0;
+                w.read_done = (k * mtu).min(w.length);
+            }
+            SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => self.offset = 0,
+            _ => self.offset = (k * mtu).min(w.length),
+        }
+        self.rd_atomic_outstanding =
+            q.sq.iter().take(i).filter(|w| w.done.is_none() && w.wr.op.is_read_or_atomic()).count() as u32;
+        self.noack_pkts = 0;
+    }
+
+    /// Produces the next request packet into `buf` (BTH through ICRC, the
+    /// ICRC left for the engine) and returns its length; `Ok(None)` when
+    /// there is nothing to send now. `oldest` is the completer's oldest
+    /// unacknowledged PSN (the send window's start). A WQE that cannot be
+    /// sent fails and the QP ends (`Err`, already recorded on the QP).
+    pub fn poll_transmit(
+        &mut self,
+        q: &mut QpCore,
+        res: &mut Res,
+        now: Instant,
+        oldest: Psn,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>, SendFault> {
+        if (!q.can_send() && q.state != QpState::Sqd) || q.timers.is_set(TimerKind::Rnr) {
+            return Ok(None);
+        }
+        let seq = self.next;
+        let mtu = q.mtu();
+        let t = q.init.qp_type;
+        let Some(wqe) = q.wqe(seq) else { return Ok(None) };
+        if wqe.done.is_some() {
+            return Ok(None);
+        }
+        // SQD: stop at a message boundary.
+        if q.state == QpState::Sqd && self.offset == 0 && !wqe.started {
+            return Ok(None);
+        }
+        if t == QpType::Rc {
+            let in_flight = self.psn.distance(oldest).max(0) as u32;
+            if in_flight >= res.cfg.max_unacked_psns {
+                return Ok(None);
+            }
+            if wqe.wr.op.is_read_or_atomic() && self.rd_atomic_outstanding >= u32::from(q.attr.max_rd_atomic)
+            {
+                return Ok(None);
+            }
+            if wqe.wr.fence && self.rd_atomic_outstanding > 0 {
+                return Ok(None);
+            }
+        }
+
+        let op = wqe.wr.op;
+        let psn = self.psn;
+        let (first, last, payload_len) = if op.is_read_or_atomic() {
+            (true, true, 0)
+        } else {
+            let remaining = wqe.length - self.offset;
+            let n = remaining.min(mtu as u64) as usize;
+            (self.offset == 0, self.offset + n as u64 == wqe.length, n)
+        };
+        let mut ext = ExtHeaders::default();
         match op {
-            SendOp::SendWithImm { imm } | SendOp::WriteWithImm { imm, .. } => ext.imm = Some(imm),
-            SendOp::SendWithInv { rkey } => ext.ieth = Some(rkey),
+            SendOp::Write { remote_addr, rkey } | SendOp::WriteWithImm { remote_addr, rkey, .. } if first => {
+                ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: wqe.length as u32 });
+            }
+            SendOp::Read { remote_addr, rkey } => {
+                let done = wqe.read_done;
+                ext.reth =
+                    Some(RethRepr { va: remote_addr + done, rkey, dma_len: (wqe.length - done) as u32 });
+            }
+            SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
+                ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
+            }
+            SendOp::FetchAdd { remote_addr, rkey, add } => {
+                ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: add, compare: 0 });
+            }
             _ => {}
         }
-    }
-    let (solicited, ud, signaled) = (wqe.wr.solicited, wqe.wr.ud, wqe.signaled);
-    if t == QpType::Ud {
-        let d = ud.expect("checked at post");
-        let qkey = if d.remote_qkey & 0x8000_0000 != 0 { qp.attr.qkey } else { d.remote_qkey };
-        ext.deth = Some(DethRepr { qkey, src_qp: qp.qpn });
-        qp.req.last_ud_dest = Some(d);
-    }
-    // AckReq (IBTA 9.2.6: the requester's choice) on the last packet of a
-    // message whose completion someone waits for (signalled, READ/atomic),
-    // of a retransmission, or once the send queue is half full; and at
-    // least every `ack_req_every` packets. An unsignalled message needs no
-    // ACK of its own: a later one acknowledges it cumulatively, which saves
-    // a datagram per message on a ping-pong.
-    let retransmission = psn.is_before(qp.req.psn_hi);
-    let sq_half_full = qp.sq.len() * 2 >= qp.init.cap.max_send_wr as usize;
-    let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
-    let ack_req = t == QpType::Rc && ((last && wanted) || qp.req.noack_pkts + 1 >= res.cfg.ack_req_every);
-    let dest_qp = match t {
-        QpType::Ud => qp.req.last_ud_dest.map_or(0, |d| d.remote_qpn),
-        _ => qp.attr.dest_qp_num,
-    };
-    let bth = BthRepr {
-        opcode: opcode(t, &op, first, last),
-        solicited: last && solicited,
-        mig_req: false,
-        pkey: res.cfg.pkey,
-        fecn: false,
-        becn: false,
-        dest_qp,
-        ack_req,
-        psn,
-    };
-    let repr = RocePacketRepr { bth, ext, payload: &[] };
-    let hdr = repr.emit_header(buf, payload_len).ok()?;
-    // Payload straight from the application's memory into the packet.
-    let wqe = qp.wqe(seq).expect("present");
-    let dst = &mut buf[hdr..hdr + payload_len];
-    let gathered = match &wqe.inline_data {
-        Some(data) => {
-            let o = qp.req.offset as usize;
-            dst.copy_from_slice(&data.as_slice()[o..o + payload_len]);
-            Ok(())
+        if last {
+            match op {
+                SendOp::SendWithImm { imm } | SendOp::WriteWithImm { imm, .. } => ext.imm = Some(imm),
+                SendOp::SendWithInv { rkey } => ext.ieth = Some(rkey),
+                _ => {}
+            }
         }
-        None if payload_len > 0 => res.mrs.gather(&wqe.wr.sg_list, qp.init.pd, qp.req.offset, dst),
-        None => Ok(()),
-    };
-    if gathered.is_err() {
-        // Local protection error: the WR completes in error and the QP
-        // moves to ERR (IBTA §10.8.3.1, class C error).
-        let w = qp.wqe_mut(seq).unwrap();
-        w.done = Some(WcStatus::LocProtErr);
-        res.events.push_back(AsyncEvent::QpReqErr(qp.qpn));
-        completer::enter_error(qp, res);
-        return None;
-    }
-    let len = hdr + payload_len + roce_wire::packet::pad_for(payload_len) + roce_wire::icrc::ICRC_LEN;
+        let (solicited, ud, signaled) = (wqe.wr.solicited, wqe.wr.ud, wqe.signaled);
+        let mut dest_qp = q.attr.dest_qp_num;
+        if t == QpType::Ud {
+            let Some(d) = ud else { return self.fail(q, res, seq, SendFault::Emit) };
+            let qkey = if d.remote_qkey & 0x8000_0000 != 0 { q.attr.qkey } else { d.remote_qkey };
+            ext.deth = Some(DethRepr { qkey, src_qp: q.qpn });
+            dest_qp = d.remote_qpn;
+            self.last_ud_dest = Some(d);
+        }
+        // AckReq (IBTA 9.2.6: the requester's choice) on the last packet of a
+        // message whose completion someone waits for (signalled, READ/atomic),
+        // of a retransmission, or once the send queue is half full; and at
+        // least every `ack_req_every` packets. An unsignalled message needs no
+        // ACK of its own: a later one acknowledges it cumulatively, which saves
+        // a datagram per message on a ping-pong.
+        let retransmission = psn.is_before(self.psn_hi);
+        let sq_half_full = q.sq.len() * 2 >= q.init.cap.max_send_wr as usize;
+        let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
+        let ack_req = t == QpType::Rc && ((last && wanted) || self.noack_pkts + 1 >= res.cfg.ack_req_every);
+        let Some(code) = opcode_for(t, &op, first, last) else {
+            return self.fail(q, res, seq, SendFault::Emit);
+        };
+        let bth = BthRepr {
+            opcode: code,
+            solicited: last && solicited,
+            mig_req: false,
+            pkey: res.cfg.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp,
+            ack_req,
+            psn,
+        };
+        let repr = RocePacketRepr { bth, ext, payload: &[] };
+        let Ok(hdr) = repr.emit_header(buf, payload_len) else {
+            return self.fail(q, res, seq, SendFault::Emit);
+        };
+        // Payload straight from the application's memory into the packet.
+        let wqe = q.wqe(seq).expect("present");
+        let dst = &mut buf[hdr..hdr + payload_len];
+        let gathered = match &wqe.inline_data {
+            Some(data) => {
+                let o = self.offset as usize;
+                dst.copy_from_slice(&data.as_slice()[o..o + payload_len]);
+                Ok(())
+            }
+            None if payload_len > 0 => res.mrs.gather(&wqe.wr.sg_list, q.init.pd, self.offset, dst),
+            None => Ok(()),
+        };
+        if gathered.is_err() {
+            return self.fail(q, res, seq, SendFault::Protection);
+        }
+        let len = hdr + payload_len + roce_wire::packet::pad_for(payload_len) + roce_wire::icrc::ICRC_LEN;
 
-    // Bookkeeping.
-    let npsn = if let SendOp::Read { .. } = op {
-        ((wqe.length - wqe.read_done).div_ceil(mtu as u64)).max(1) as u32
-    } else {
-        1
-    };
-    let read_fresh = matches!(op, SendOp::Read { .. }) && wqe.read_done == 0;
-    let w = qp.wqe_mut(seq).unwrap();
-    if (first && !op.is_read_or_atomic()) || read_fresh || op.is_atomic() {
-        w.first_psn = psn;
-        w.last_psn = psn.add(w.npkts(mtu).max(w.resp_pkts(mtu)) - 1);
-    }
-    w.started = true;
-    qp.req.psn = psn.add(npsn);
-    if qp.req.psn_hi.is_before(qp.req.psn) {
-        qp.req.psn_hi = qp.req.psn;
-    }
-    qp.req.noack_pkts = if ack_req { 0 } else { qp.req.noack_pkts + 1 };
-    if ack_req {
-        qp.req.ackreq_psn = Some(psn);
-    }
-    if last {
-        qp.req.next = seq + 1;
-        qp.req.offset = 0;
-        if op.is_read_or_atomic() {
-            qp.req.rd_atomic_outstanding += 1;
+        // Bookkeeping.
+        let npsn = if let SendOp::Read { .. } = op {
+            ((wqe.length - wqe.read_done).div_ceil(mtu as u64)).max(1) as u32
+        } else {
+            1
+        };
+        let read_fresh = matches!(op, SendOp::Read { .. }) && wqe.read_done == 0;
+        let w = q.wqe_mut(seq).expect("present");
+        if (first && !op.is_read_or_atomic()) || read_fresh || op.is_atomic() {
+            w.first_psn = psn;
+            w.last_psn = psn.add(w.npkts(mtu).max(w.resp_pkts(mtu)) - 1);
         }
-        if matches!(op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {
-            res.counters.rdma_sends += 1;
+        w.started = true;
+        self.psn = psn.add(npsn);
+        if self.psn_hi.is_before(self.psn) {
+            self.psn_hi = self.psn;
         }
-        if t != QpType::Rc {
-            // UC and UD have no acknowledgements: done once sent.
-            qp.wqe_mut(seq).unwrap().done = Some(WcStatus::Success);
-            qp.comp.psn = qp.req.psn;
-            completer::retire(qp, res);
+        self.noack_pkts = if ack_req { 0 } else { self.noack_pkts + 1 };
+        if ack_req {
+            self.ackreq_psn = Some(psn);
         }
-    } else {
-        qp.req.offset += payload_len as u64;
+        if last {
+            self.next = seq + 1;
+            self.offset = 0;
+            if op.is_read_or_atomic() {
+                self.rd_atomic_outstanding += 1;
+            }
+            if matches!(op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {
+                res.counters.rdma_sends += 1;
+            }
+            if t != QpType::Rc {
+                // UC and UD have no acknowledgements: done once sent.
+                q.wqe_mut(seq).expect("present").done = Some(WcStatus::Success);
+                q.retire(res);
+            }
+        } else {
+            self.offset += payload_len as u64;
+        }
+        if t == QpType::Rc && !q.timers.is_set(TimerKind::Ack) {
+            q.timers.set(TimerKind::Ack, ack_timeout(q.attr.timeout).map(|d| now + d));
+        }
+        Ok(Some(len))
     }
-    if t == QpType::Rc && qp.comp.ack_deadline.is_none() {
-        qp.comp.ack_deadline = ack_timeout(qp.attr.timeout).map(|d| now + d);
+
+    /// The WQE at `seq` cannot be sent: it completes in error and the QP
+    /// ends (IBTA §10.8.3.1: a local error of the requester is a class C
+    /// error, QP to ERR).
+    fn fail(
+        &mut self,
+        q: &mut QpCore,
+        res: &mut Res,
+        seq: u64,
+        fault: SendFault,
+    ) -> Result<Option<usize>, SendFault> {
+        let status = match fault {
+            SendFault::Protection => WcStatus::LocProtErr,
+            SendFault::Emit => {
+                res.counters.emit_errors += 1;
+                WcStatus::LocQpOpErr
+            }
+        };
+        if let Some(w) = q.wqe_mut(seq) {
+            w.done = Some(status);
+        }
+        res.events.push_back(AsyncEvent::QpReqErr(q.qpn));
+        q.raise_error();
+        Err(fault)
     }
-    Some(len)
 }
 
-/// In SQD, raise `SqDrained` once nothing is outstanding.
-pub(crate) fn check_drained(qp: &mut Qp, res: &mut Res) {
-    if qp.state == QpState::Sqd && qp.comp.psn == qp.req.psn && qp.req.offset == 0 {
-        res.events.push_back(AsyncEvent::SqDrained(qp.qpn));
+/// The opcode of a request packet of `op` at this position on transport
+/// `t`, from the opcode table.
+fn opcode_for(t: QpType, op: &SendOp, first: bool, last: bool) -> Option<u8> {
+    let transport = match t {
+        QpType::Rc => Transport::Rc,
+        QpType::Uc => Transport::Uc,
+        QpType::Ud => Transport::Ud,
+    };
+    let operation = match op {
+        SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. } => Operation::Send,
+        SendOp::Write { .. } | SendOp::WriteWithImm { .. } => Operation::RdmaWrite,
+        SendOp::Read { .. } => Operation::RdmaReadRequest,
+        SendOp::CompareSwap { .. } => Operation::CompareSwap,
+        SendOp::FetchAdd { .. } => Operation::FetchAdd,
+    };
+    let position = match (first, last) {
+        (true, true) => Position::Only,
+        (true, false) => Position::First,
+        (false, false) => Position::Middle,
+        (false, true) => Position::Last,
+    };
+    let suffix = match op {
+        SendOp::SendWithImm { .. } | SendOp::WriteWithImm { .. } if last => Suffix::Immediate,
+        SendOp::SendWithInv { .. } if last => Suffix::Invalidate,
+        _ => Suffix::Plain,
+    };
+    opcode::find(transport, operation, position, suffix).map(|o| o.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table gives what IBTA Table 38 lists for every operation.
+    #[test]
+    fn opcodes_come_from_the_table() {
+        let w = SendOp::Write { remote_addr: 0, rkey: 0 };
+        let wi = SendOp::WriteWithImm { remote_addr: 0, rkey: 0, imm: 0 };
+        let cases: [(QpType, SendOp, bool, bool, u8); 12] = [
+            (QpType::Rc, SendOp::Send, true, false, 0x00),
+            (QpType::Rc, SendOp::Send, false, false, 0x01),
+            (QpType::Rc, SendOp::SendWithImm { imm: 1 }, false, true, 0x03),
+            (QpType::Rc, SendOp::SendWithInv { rkey: 1 }, true, true, 0x17),
+            (QpType::Rc, w, true, false, 0x06),
+            (QpType::Rc, wi, true, true, 0x0b),
+            (QpType::Rc, SendOp::Read { remote_addr: 0, rkey: 0 }, true, true, 0x0c),
+            (
+                QpType::Rc,
+                SendOp::CompareSwap { remote_addr: 0, rkey: 0, compare: 0, swap: 0 },
+                true,
+                true,
+                0x13,
+            ),
+            (QpType::Rc, SendOp::FetchAdd { remote_addr: 0, rkey: 0, add: 0 }, true, true, 0x14),
+            (QpType::Uc, wi, false, true, 0x29),
+            (QpType::Ud, SendOp::Send, true, true, 0x64),
+            (QpType::Ud, SendOp::SendWithImm { imm: 1 }, true, true, 0x65),
+        ];
+        for (t, op, first, last, code) in cases {
+            assert_eq!(opcode_for(t, &op, first, last), Some(code), "{t:?} {op:?} {first} {last}");
+        }
+        assert_eq!(opcode_for(QpType::Ud, &SendOp::Send, true, false), None, "UD has one packet per message");
     }
 }

@@ -25,19 +25,90 @@
 //! rest of its message, §9.7.5.1.x). UD checks the Q_Key (§10.2.5) and places
 //! a 40-byte GRH before the payload (ibverbs convention).
 
+use std::collections::VecDeque;
+
+use roce_wire::opcode::{self, Suffix};
 use roce_wire::{
-    AethRepr, BthRepr, ExtHeaders, NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome,
+    AethRepr, BthRepr, ExtHeaders, NakCode, OpcodeInfo, Operation, Position, Psn, RocePacketRepr, Syndrome,
+    Transport,
 };
 
-use crate::completer;
-use crate::engine::{DatagramMeta, Res};
+use crate::datagram::DatagramMeta;
+use crate::limits::ACK_CREDITS as CREDITS;
 use crate::mr::LocalError;
-use crate::qp::{InMsg, Qp, RespItem, RespResource};
+use crate::qp::QpCore;
+use crate::res::Res;
 use crate::time::Instant;
 use crate::verbs::{gid_to_bytes, Access, QpType, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV};
+use crate::wqe::RecvWqe;
 
-/// ACK credit count field: "invalid" (no end-to-end credits), as rxe sends.
-const CREDITS: u8 = roce_wire::aeth::CREDITS_INVALID;
+/// What the responder is in the middle of.
+#[derive(Debug, Clone)]
+enum InMsg {
+    /// A multi-packet SEND: the receive WQE it consumes and bytes placed.
+    Send { wqe: RecvWqe, placed: u64 },
+    /// A multi-packet RDMA WRITE: the region and bytes remaining.
+    Write { rkey: u32, va: u64, remaining: u64, dma_len: u64 },
+}
+
+/// Saved state for replaying a duplicate READ or atomic (IBTA §9.7.5.1.2:
+/// "responder resources"; never re-execute an atomic).
+#[derive(Debug, Clone, Copy)]
+enum RespResource {
+    Read { first_psn: Psn, last_psn: Psn },
+    Atomic { psn: Psn, orig: u64, msn: u32 },
+}
+
+/// A packet the responder owes the requester.
+#[derive(Debug, Clone, Copy)]
+enum RespItem {
+    /// ACK or NAK with this syndrome, for `psn`.
+    Ack {
+        psn: Psn,
+        syndrome: Syndrome,
+        msn: u32,
+    },
+    /// READ response packets still to send; `replay` for a duplicate request.
+    Read {
+        rkey: u32,
+        va: u64,
+        remaining: u64,
+        psn: Psn,
+        first: bool,
+        msn: u32,
+        replay: bool,
+    },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+        replay: bool,
+    },
+}
+
+/// Responder progress (rxe_resp.c's `qp->resp`).
+#[derive(Debug, Default)]
+pub(crate) struct Responder {
+    /// Expected PSN.
+    epsn: Psn,
+    /// Message sequence number: messages completed (24 bits).
+    msn: u32,
+    /// A NAK (sequence or RNR) was sent for `epsn`: drop further
+    /// out-of-sequence packets silently until it arrives.
+    nak_sent: bool,
+    cur: Option<InMsg>,
+    resources: VecDeque<RespResource>,
+    outq: VecDeque<RespItem>,
+    /// After sending the NAK at the head of `outq`, end the QP.
+    error_after_nak: bool,
+}
+
+/// The opcode of a response packet, from the opcode table.
+fn response_opcode(operation: Operation, position: Position) -> u8 {
+    opcode::find(Transport::Rc, operation, position, Suffix::Plain)
+        .map(|o| o.code)
+        .expect("the table has every RC response")
+}
 
 /// Why a request was not executed.
 enum Fault {
@@ -47,365 +118,405 @@ enum Fault {
     Nak(NakCode, Option<WcStatus>),
 }
 
-pub(crate) fn handle_request(
-    qp: &mut Qp,
-    res: &mut Res,
-    _now: Instant,
-    meta: &DatagramMeta,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) {
-    if !qp.can_receive() || qp.resp.error_after_nak {
-        res.counters.bad_state_dropped += 1;
-        return;
+impl Responder {
+    /// Expects requests from `psn` (`IBV_QP_RQ_PSN`).
+    pub fn start_at(&mut self, psn: Psn) {
+        self.epsn = psn;
     }
-    // A connected QP takes requests from its peer only.
-    if qp.init.qp_type != QpType::Ud && meta.src != qp.attr.av.dgid {
-        res.counters.addr_mismatch_dropped += 1;
-        return;
-    }
-    match qp.init.qp_type {
-        QpType::Ud => ud_receive(qp, res, meta, pkt),
-        QpType::Rc => rc_request(qp, res, info, pkt),
-        QpType::Uc => uc_request(qp, res, info, pkt),
-    }
-}
 
-fn rc_request(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
-    let psn = pkt.bth.psn;
-    let d = psn.distance(qp.resp.epsn);
-    if d < 0 {
-        res.counters.duplicate_request += 1;
-        duplicate(qp, res, info, pkt);
-        return;
+    /// The expected PSN.
+    pub fn epsn(&self) -> Psn {
+        self.epsn
     }
-    if d > 0 {
-        res.counters.out_of_seq_request += 1;
-        if !qp.resp.nak_sent {
-            qp.resp.nak_sent = true;
-            let epsn = qp.resp.epsn;
-            push(
-                qp,
-                RespItem::Ack {
-                    psn: epsn,
-                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
-                    msn: qp.resp.msn,
-                },
-            );
-        }
-        return;
-    }
-    match execute(qp, res, info, pkt) {
-        Ok(()) => {
-            let resumed = std::mem::replace(&mut qp.resp.nak_sent, false);
-            if (pkt.bth.ack_req || resumed)
-                && matches!(info.operation, Operation::Send | Operation::RdmaWrite)
-            {
-                push_ack(qp);
-            }
-        }
-        Err(Fault::Rnr) => {
-            res.counters.send_rnr_err += 1;
-            qp.resp.nak_sent = true;
-            let timer = qp.attr.min_rnr_timer;
-            push(qp, RespItem::Ack { psn, syndrome: Syndrome::RnrNak { timer }, msn: qp.resp.msn });
-        }
-        Err(Fault::Nak(code, recv)) => nak_error(qp, res, psn, code, recv),
-    }
-}
 
-fn uc_request(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
-    let psn = pkt.bth.psn;
-    if psn != qp.resp.epsn {
-        // Lost packets: abandon the message in progress and resynchronise on
-        // the next First or Only packet.
-        res.counters.out_of_seq_request += 1;
-        abandon(qp, res);
-        if !info.position.starts_message() {
-            qp.resp.epsn = psn.next();
+    /// The QP ended: owed responses are dropped and the receive WQE of a
+    /// message in progress is flushed.
+    pub fn abort(&mut self, q: &mut QpCore, res: &mut Res) {
+        self.outq.clear();
+        if let Some(InMsg::Send { wqe, .. }) = self.cur.take() {
+            q.flush_one_recv(res, wqe);
+        }
+    }
+
+    pub fn handle_request(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        _now: Instant,
+        meta: &DatagramMeta,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) {
+        if !qp.can_receive() || self.error_after_nak {
+            res.counters.bad_state_dropped += 1;
             return;
         }
-        qp.resp.epsn = psn;
-    }
-    match execute(qp, res, info, pkt) {
-        Ok(()) => {}
-        Err(_) => {
-            abandon(qp, res);
-            qp.resp.epsn = psn.next();
-            res.counters.no_recv_wqe_dropped += 1;
+        // A connected QP takes requests from its peer only.
+        if qp.init.qp_type != QpType::Ud && meta.src != qp.attr.av.dgid {
+            res.counters.addr_mismatch_dropped += 1;
+            return;
+        }
+        match qp.init.qp_type {
+            QpType::Ud => self.ud_receive(qp, res, meta, pkt),
+            QpType::Rc => self.rc_request(qp, res, info, pkt),
+            QpType::Uc => self.uc_request(qp, res, info, pkt),
         }
     }
-}
 
-/// Drops the message in progress (UC), returning its receive WQE.
-fn abandon(qp: &mut Qp, res: &mut Res) {
-    if let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
-        res.untake_recv(qp, wqe);
+    fn rc_request(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) {
+        let psn = pkt.bth.psn;
+        let d = psn.distance(self.epsn);
+        if d < 0 {
+            res.counters.duplicate_request += 1;
+            self.duplicate(qp, res, info, pkt);
+            return;
+        }
+        if d > 0 {
+            res.counters.out_of_seq_request += 1;
+            if !self.nak_sent {
+                self.nak_sent = true;
+                let epsn = self.epsn;
+                self.push(RespItem::Ack {
+                    psn: epsn,
+                    syndrome: Syndrome::Nak(NakCode::PsnSequenceError),
+                    msn: self.msn,
+                });
+            }
+            return;
+        }
+        match self.execute(qp, res, info, pkt) {
+            Ok(()) => {
+                let resumed = std::mem::replace(&mut self.nak_sent, false);
+                if (pkt.bth.ack_req || resumed)
+                    && matches!(info.operation, Operation::Send | Operation::RdmaWrite)
+                {
+                    self.push_ack();
+                }
+            }
+            Err(Fault::Rnr) => {
+                res.counters.send_rnr_err += 1;
+                self.nak_sent = true;
+                let timer = qp.attr.min_rnr_timer;
+                self.push(RespItem::Ack { psn, syndrome: Syndrome::RnrNak { timer }, msn: self.msn });
+            }
+            Err(Fault::Nak(code, recv)) => self.nak_error(qp, res, psn, code, recv),
+        }
     }
-}
 
-/// Validates and executes the request with the expected PSN.
-fn execute(
-    qp: &mut Qp,
-    res: &mut Res,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) -> Result<(), Fault> {
-    let op = info.operation;
-    let pos = info.position;
-    let invalid = Fault::Nak(NakCode::InvalidRequest, None);
-    // Opcode sequence (§9.7.5.1.4): Middle/Last continue the message in
-    // progress, of the same kind; anything else starts a new one.
-    let seq_ok = match (&qp.resp.cur, op) {
-        (None, Operation::Send | Operation::RdmaWrite) => pos.starts_message(),
-        (None, Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd) => true,
-        (Some(InMsg::Send { .. }), Operation::Send) => !pos.starts_message(),
-        (Some(InMsg::Write { .. }), Operation::RdmaWrite) => !pos.starts_message(),
-        _ => false,
-    };
-    if !seq_ok {
-        let recv = matches!(qp.resp.cur, Some(InMsg::Send { .. })).then_some(WcStatus::RemInvReqErr);
-        return Err(Fault::Nak(NakCode::InvalidRequest, recv));
-    }
-    // The QP must allow the operation (rxe: unsupported opcode -> invalid request).
-    let need = match op {
-        Operation::RdmaWrite => Some(Access::REMOTE_WRITE),
-        Operation::RdmaReadRequest => Some(Access::REMOTE_READ),
-        Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
-        _ => None,
-    };
-    if need.is_some_and(|a| !qp.attr.qp_access_flags.contains(a)) {
-        return Err(invalid);
-    }
-    // Payload sizes against the path MTU, RETH length, atomic alignment.
-    if pkt.check(Some(qp.mtu())).is_err() {
-        let recv = matches!(qp.resp.cur, Some(InMsg::Send { .. })).then_some(WcStatus::RemInvReqErr);
-        return Err(Fault::Nak(NakCode::InvalidRequest, recv));
-    }
-    match op {
-        Operation::Send => exec_send(qp, res, info, pkt),
-        Operation::RdmaWrite => exec_write(qp, res, info, pkt),
-        Operation::RdmaReadRequest => exec_read(qp, res, pkt),
-        Operation::CompareSwap | Operation::FetchAdd => exec_atomic(qp, res, op, pkt),
-        _ => Err(invalid),
-    }
-}
-
-fn exec_send(
-    qp: &mut Qp,
-    res: &mut Res,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) -> Result<(), Fault> {
-    if info.position.starts_message() {
-        let wqe = res.take_recv(qp).ok_or(Fault::Rnr)?;
-        qp.resp.cur = Some(InMsg::Send { wqe, placed: 0 });
-    }
-    let pd = qp.init.pd;
-    let Some(InMsg::Send { wqe, placed, .. }) = &mut qp.resp.cur else { unreachable!("sequence checked") };
-    let n = pkt.payload.len() as u64;
-    if *placed + n > wqe.length {
-        // Message longer than the receive buffer (§9.7.5.1.x, C9-xx).
-        return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
-    }
-    if n > 0 {
-        match res.mrs.scatter(&wqe.wr.sg_list, pd, *placed, pkt.payload) {
+    fn uc_request(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) {
+        let psn = pkt.bth.psn;
+        if psn != self.epsn {
+            // Lost packets: abandon the message in progress and resynchronise on
+            // the next First or Only packet.
+            res.counters.out_of_seq_request += 1;
+            self.abandon(qp, res);
+            if !info.position.starts_message() {
+                self.epsn = psn.next();
+                return;
+            }
+            self.epsn = psn;
+        }
+        match self.execute(qp, res, info, pkt) {
             Ok(()) => {}
-            Err(LocalError::Protection) => {
-                return Err(Fault::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr)))
-            }
-            Err(LocalError::Length) => {
-                return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)))
+            Err(_) => {
+                self.abandon(qp, res);
+                self.epsn = psn.next();
+                res.counters.no_recv_wqe_dropped += 1;
             }
         }
     }
-    *placed += n;
-    let placed = *placed;
-    if info.position.ends_message() {
-        let mut flags = 0;
-        let mut imm = 0;
-        if let Some(i) = pkt.ext.imm {
-            flags |= WC_WITH_IMM;
-            imm = i;
-        }
-        if let Some(rkey) = pkt.ext.ieth {
-            if !res.mrs.invalidate(rkey, pd) {
-                return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
-            }
-            flags |= WC_WITH_INV;
-            imm = rkey;
-        }
-        let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() else { unreachable!() };
-        let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
-        wc.byte_len = placed as u32;
-        wc.imm_data = imm;
-        wc.wc_flags = flags;
-        wc.src_qp = qp.attr.dest_qp_num;
-        res.complete(qp.init.recv_cq, wc);
-        res.counters.rdma_recvs += 1;
-        qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-    }
-    qp.resp.epsn = qp.resp.epsn.next();
-    Ok(())
-}
 
-fn exec_write(
-    qp: &mut Qp,
-    res: &mut Res,
-    info: &'static OpcodeInfo,
-    pkt: &RocePacketRepr<'_>,
-) -> Result<(), Fault> {
-    let pd = qp.init.pd;
-    let access = Fault::Nak(NakCode::RemoteAccessError, None);
-    // WRITE with immediate consumes a receive WQE on its last packet: check
-    // for one before touching memory, so an RNR NAK leaves no trace.
-    let wants_recv = pkt.ext.imm.is_some();
-    if wants_recv && !has_recv(qp, res) {
-        return Err(Fault::Rnr);
-    }
-    if info.position.starts_message() {
-        let reth = pkt.ext.reth.expect("opcode table: First/Only WRITE has a RETH");
-        let len = u64::from(reth.dma_len);
-        if len > 0 && res.mrs.remote(reth.rkey, pd, reth.va, len, Access::REMOTE_WRITE).is_none() {
-            return Err(access);
+    /// Drops the message in progress (UC), returning its receive WQE.
+    fn abandon(&mut self, qp: &mut QpCore, res: &mut Res) {
+        if let Some(InMsg::Send { wqe, .. }) = self.cur.take() {
+            qp.untake_recv(res, wqe);
         }
-        qp.resp.cur = Some(InMsg::Write { rkey: reth.rkey, va: reth.va, remaining: len, dma_len: len });
     }
-    let Some(InMsg::Write { rkey, va, remaining, dma_len }) = &mut qp.resp.cur else { unreachable!() };
-    let n = pkt.payload.len() as u64;
-    if n > *remaining || (info.position.ends_message() && n != *remaining) {
-        return Err(Fault::Nak(NakCode::InvalidRequest, None));
+
+    /// Validates and executes the request with the expected PSN.
+    fn execute(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) -> Result<(), Fault> {
+        let op = info.operation;
+        let pos = info.position;
+        let invalid = Fault::Nak(NakCode::InvalidRequest, None);
+        // Opcode sequence (§9.7.5.1.4): Middle/Last continue the message in
+        // progress, of the same kind; anything else starts a new one.
+        let seq_ok = match (&self.cur, op) {
+            (None, Operation::Send | Operation::RdmaWrite) => pos.starts_message(),
+            (None, Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd) => true,
+            (Some(InMsg::Send { .. }), Operation::Send) => !pos.starts_message(),
+            (Some(InMsg::Write { .. }), Operation::RdmaWrite) => !pos.starts_message(),
+            _ => false,
+        };
+        if !seq_ok {
+            let recv = matches!(self.cur, Some(InMsg::Send { .. })).then_some(WcStatus::RemInvReqErr);
+            return Err(Fault::Nak(NakCode::InvalidRequest, recv));
+        }
+        // The QP must allow the operation (rxe: unsupported opcode -> invalid request).
+        let need = match op {
+            Operation::RdmaWrite => Some(Access::REMOTE_WRITE),
+            Operation::RdmaReadRequest => Some(Access::REMOTE_READ),
+            Operation::CompareSwap | Operation::FetchAdd => Some(Access::REMOTE_ATOMIC),
+            _ => None,
+        };
+        if need.is_some_and(|a| !qp.attr.qp_access_flags.contains(a)) {
+            return Err(invalid);
+        }
+        // Payload sizes against the path MTU, RETH length, atomic alignment.
+        if pkt.check(Some(qp.mtu())).is_err() {
+            let recv = matches!(self.cur, Some(InMsg::Send { .. })).then_some(WcStatus::RemInvReqErr);
+            return Err(Fault::Nak(NakCode::InvalidRequest, recv));
+        }
+        match op {
+            Operation::Send => self.exec_send(qp, res, info, pkt),
+            Operation::RdmaWrite => self.exec_write(qp, res, info, pkt),
+            Operation::RdmaReadRequest => self.exec_read(qp, res, pkt),
+            Operation::CompareSwap | Operation::FetchAdd => self.exec_atomic(qp, res, op, pkt),
+            _ => Err(invalid),
+        }
     }
-    if n > 0 {
-        let (buf, off) = res.mrs.remote(*rkey, pd, *va, n, Access::REMOTE_WRITE).ok_or(access)?;
-        buf.write(off, pkt.payload).map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
-    }
-    *va += n;
-    *remaining -= n;
-    let dma_len = *dma_len;
-    if info.position.ends_message() {
-        qp.resp.cur = None;
-        if let Some(imm) = pkt.ext.imm {
-            let wqe = res.take_recv(qp).expect("checked above");
-            let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn);
-            wc.byte_len = dma_len as u32;
+
+    fn exec_send(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) -> Result<(), Fault> {
+        if info.position.starts_message() {
+            let wqe = qp.take_recv(res).ok_or(Fault::Rnr)?;
+            self.cur = Some(InMsg::Send { wqe, placed: 0 });
+        }
+        let pd = qp.init.pd;
+        let Some(InMsg::Send { wqe, placed, .. }) = &mut self.cur else { unreachable!("sequence checked") };
+        let n = pkt.payload.len() as u64;
+        if *placed + n > wqe.length {
+            // Message longer than the receive buffer (§9.7.5.1.x, C9-xx).
+            return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
+        }
+        if n > 0 {
+            match res.mrs.scatter(&wqe.wr.sg_list, pd, *placed, pkt.payload) {
+                Ok(()) => {}
+                Err(LocalError::Protection) => {
+                    return Err(Fault::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr)))
+                }
+                Err(LocalError::Length) => {
+                    return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)))
+                }
+            }
+        }
+        *placed += n;
+        let placed = *placed;
+        if info.position.ends_message() {
+            let mut flags = 0;
+            let mut imm = 0;
+            if let Some(i) = pkt.ext.imm {
+                flags |= WC_WITH_IMM;
+                imm = i;
+            }
+            if let Some(rkey) = pkt.ext.ieth {
+                if !res.mrs.invalidate(rkey, pd) {
+                    return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::RemInvReqErr)));
+                }
+                flags |= WC_WITH_INV;
+                imm = rkey;
+            }
+            let Some(InMsg::Send { wqe, .. }) = self.cur.take() else { unreachable!() };
+            let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
+            wc.byte_len = placed as u32;
             wc.imm_data = imm;
-            wc.wc_flags = WC_WITH_IMM;
+            wc.wc_flags = flags;
             wc.src_qp = qp.attr.dest_qp_num;
             res.complete(qp.init.recv_cq, wc);
+            res.counters.rdma_recvs += 1;
+            self.msn = (self.msn + 1) & 0x00ff_ffff;
         }
-        qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
+        self.epsn = self.epsn.next();
+        Ok(())
     }
-    qp.resp.epsn = qp.resp.epsn.next();
-    Ok(())
-}
 
-fn has_recv(qp: &Qp, res: &Res) -> bool {
-    match qp.init.srq {
-        None => !qp.rq.is_empty(),
-        Some(s) => res.srqs.get(&s.0).is_some_and(|s| !s.wqes.is_empty()),
+    fn exec_write(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) -> Result<(), Fault> {
+        let pd = qp.init.pd;
+        let access = Fault::Nak(NakCode::RemoteAccessError, None);
+        // WRITE with immediate consumes a receive WQE on its last packet: check
+        // for one before touching memory, so an RNR NAK leaves no trace.
+        let wants_recv = pkt.ext.imm.is_some();
+        if wants_recv && !qp.has_recv(res) {
+            return Err(Fault::Rnr);
+        }
+        if info.position.starts_message() {
+            let reth = pkt.ext.reth.expect("opcode table: First/Only WRITE has a RETH");
+            let len = u64::from(reth.dma_len);
+            if len > 0 && res.mrs.remote(reth.rkey, pd, reth.va, len, Access::REMOTE_WRITE).is_none() {
+                return Err(access);
+            }
+            self.cur = Some(InMsg::Write { rkey: reth.rkey, va: reth.va, remaining: len, dma_len: len });
+        }
+        let Some(InMsg::Write { rkey, va, remaining, dma_len }) = &mut self.cur else { unreachable!() };
+        let n = pkt.payload.len() as u64;
+        if n > *remaining || (info.position.ends_message() && n != *remaining) {
+            return Err(Fault::Nak(NakCode::InvalidRequest, None));
+        }
+        if n > 0 {
+            let (buf, off) = res.mrs.remote(*rkey, pd, *va, n, Access::REMOTE_WRITE).ok_or(access)?;
+            buf.write(off, pkt.payload).map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
+        }
+        *va += n;
+        *remaining -= n;
+        let dma_len = *dma_len;
+        if info.position.ends_message() {
+            self.cur = None;
+            if let Some(imm) = pkt.ext.imm {
+                let wqe = qp.take_recv(res).expect("checked above");
+                let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, qp.qpn);
+                wc.byte_len = dma_len as u32;
+                wc.imm_data = imm;
+                wc.wc_flags = WC_WITH_IMM;
+                wc.src_qp = qp.attr.dest_qp_num;
+                res.complete(qp.init.recv_cq, wc);
+            }
+            self.msn = (self.msn + 1) & 0x00ff_ffff;
+        }
+        self.epsn = self.epsn.next();
+        Ok(())
     }
-}
 
-/// Saves a responder resource, evicting the oldest beyond max_dest_rd_atomic.
-fn save_resource(qp: &mut Qp, r: RespResource) {
-    qp.resp.resources.push_back(r);
-    while qp.resp.resources.len() > usize::from(qp.attr.max_dest_rd_atomic) {
-        qp.resp.resources.pop_front();
+    /// Saves a responder resource, evicting the oldest beyond max_dest_rd_atomic.
+    fn save_resource(&mut self, qp: &QpCore, r: RespResource) {
+        self.resources.push_back(r);
+        while self.resources.len() > usize::from(qp.attr.max_dest_rd_atomic) {
+            self.resources.pop_front();
+        }
     }
-}
 
-/// READ responses and atomic ACKs still waiting to be sent, for new
-/// requests (`replays: false`) or for duplicates (`true`).
-fn pending_rd_atomic(qp: &Qp, replays: bool) -> usize {
-    qp.resp
-        .outq
+    /// READ responses and atomic ACKs still waiting to be sent, for new
+    /// requests (`replays: false`) or for duplicates (`true`).
+    fn pending_rd_atomic(&self, replays: bool) -> usize {
+        self.outq
         .iter()
         .filter(|i| {
             matches!(i, RespItem::Read { replay, .. } | RespItem::AtomicAck { replay, .. } if *replay == replays)
         })
         .count()
-}
-
-/// The responder takes at most max_dest_rd_atomic READs and atomics at a
-/// time (IBTA §9.5, the responder resources); a requester that exceeds it
-/// gets an Invalid Request NAK. Also bounds what a hostile peer can queue.
-fn check_rd_atomic_room(qp: &Qp) -> Result<(), Fault> {
-    if pending_rd_atomic(qp, false) >= usize::from(qp.attr.max_dest_rd_atomic) {
-        return Err(Fault::Nak(NakCode::InvalidRequest, None));
     }
-    Ok(())
-}
 
-fn exec_read(qp: &mut Qp, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
-    check_rd_atomic_room(qp)?;
-    let reth = pkt.ext.reth.expect("opcode table: READ request has a RETH");
-    let len = u64::from(reth.dma_len);
-    if len > 0 && res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_none() {
-        return Err(Fault::Nak(NakCode::RemoteAccessError, None));
-    }
-    let psn = pkt.bth.psn;
-    let npkts = len.div_ceil(qp.mtu() as u64).max(1) as u32;
-    save_resource(qp, RespResource::Read { first_psn: psn, last_psn: psn.add(npkts - 1) });
-    qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-    let msn = qp.resp.msn;
-    push(
-        qp,
-        RespItem::Read { rkey: reth.rkey, va: reth.va, remaining: len, psn, first: true, msn, replay: false },
-    );
-    qp.resp.epsn = psn.add(npkts);
-    Ok(())
-}
-
-fn exec_atomic(qp: &mut Qp, res: &mut Res, op: Operation, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
-    check_rd_atomic_room(qp)?;
-    let a = pkt.ext.atomic_eth.expect("opcode table: atomics have an AtomicETH");
-    let (buf, off) = res
-        .mrs
-        .remote(a.rkey, qp.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
-        .ok_or(Fault::Nak(NakCode::RemoteAccessError, None))?;
-    let orig = match op {
-        Operation::CompareSwap => buf.compare_swap(off, a.compare, a.swap_add),
-        _ => buf.fetch_add(off, a.swap_add),
-    }
-    .map_err(|_| Fault::Nak(NakCode::InvalidRequest, None))?;
-    let psn = pkt.bth.psn;
-    qp.resp.msn = (qp.resp.msn + 1) & 0x00ff_ffff;
-    let msn = qp.resp.msn;
-    save_resource(qp, RespResource::Atomic { psn, orig, msn });
-    push(qp, RespItem::AtomicAck { psn, orig, msn, replay: false });
-    qp.resp.epsn = psn.next();
-    Ok(())
-}
-
-/// A request with a PSN already seen (§9.7.5.1.2).
-fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
-    let psn = pkt.bth.psn;
-    // Replays are bounded too (a flood of duplicates must not grow the queue),
-    // separately from the resources new requests hold.
-    let room = pending_rd_atomic(qp, true) < usize::from(qp.attr.max_dest_rd_atomic).max(1);
-    match info.operation {
-        Operation::Send | Operation::RdmaWrite => push_ack(qp),
-        Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd if !room => {
-            // Responses already queued will answer it.
-            res.counters.dup_no_resource_dropped += 1;
+    /// The responder takes at most max_dest_rd_atomic READs and atomics at a
+    /// time (IBTA §9.5, the responder resources); a requester that exceeds it
+    /// gets an Invalid Request NAK. Also bounds what a hostile peer can queue.
+    fn check_rd_atomic_room(&self, qp: &QpCore) -> Result<(), Fault> {
+        if self.pending_rd_atomic(false) >= usize::from(qp.attr.max_dest_rd_atomic) {
+            return Err(Fault::Nak(NakCode::InvalidRequest, None));
         }
-        Operation::RdmaReadRequest => {
-            let found = qp.resp.resources.iter().any(|r| match *r {
-                RespResource::Read { first_psn, last_psn } => {
-                    psn.in_window(first_psn, last_psn.distance(first_psn) as u32 + 1)
-                }
-                _ => false,
-            });
-            let reth = pkt.ext.reth.expect("READ request has a RETH");
-            let len = u64::from(reth.dma_len);
-            let ok = len == 0
-                || res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_some();
-            if found && ok {
-                let msn = qp.resp.msn;
-                push(
-                    qp,
-                    RespItem::Read {
+        Ok(())
+    }
+
+    fn exec_read(&mut self, qp: &mut QpCore, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
+        self.check_rd_atomic_room(qp)?;
+        let reth = pkt.ext.reth.expect("opcode table: READ request has a RETH");
+        let len = u64::from(reth.dma_len);
+        if len > 0 && res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_none() {
+            return Err(Fault::Nak(NakCode::RemoteAccessError, None));
+        }
+        let psn = pkt.bth.psn;
+        let npkts = len.div_ceil(qp.mtu() as u64).max(1) as u32;
+        self.save_resource(qp, RespResource::Read { first_psn: psn, last_psn: psn.add(npkts - 1) });
+        self.msn = (self.msn + 1) & 0x00ff_ffff;
+        let msn = self.msn;
+        self.push(RespItem::Read {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining: len,
+            psn,
+            first: true,
+            msn,
+            replay: false,
+        });
+        self.epsn = psn.add(npkts);
+        Ok(())
+    }
+
+    fn exec_atomic(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        op: Operation,
+        pkt: &RocePacketRepr<'_>,
+    ) -> Result<(), Fault> {
+        self.check_rd_atomic_room(qp)?;
+        let a = pkt.ext.atomic_eth.expect("opcode table: atomics have an AtomicETH");
+        let (buf, off) = res
+            .mrs
+            .remote(a.rkey, qp.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
+            .ok_or(Fault::Nak(NakCode::RemoteAccessError, None))?;
+        let orig = match op {
+            Operation::CompareSwap => buf.compare_swap(off, a.compare, a.swap_add),
+            _ => buf.fetch_add(off, a.swap_add),
+        }
+        .map_err(|_| Fault::Nak(NakCode::InvalidRequest, None))?;
+        let psn = pkt.bth.psn;
+        self.msn = (self.msn + 1) & 0x00ff_ffff;
+        let msn = self.msn;
+        self.save_resource(qp, RespResource::Atomic { psn, orig, msn });
+        self.push(RespItem::AtomicAck { psn, orig, msn, replay: false });
+        self.epsn = psn.next();
+        Ok(())
+    }
+
+    /// A request with a PSN already seen (§9.7.5.1.2).
+    fn duplicate(
+        &mut self,
+        qp: &mut QpCore,
+        res: &mut Res,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) {
+        let psn = pkt.bth.psn;
+        // Replays are bounded too (a flood of duplicates must not grow the queue),
+        // separately from the resources new requests hold.
+        let room = self.pending_rd_atomic(true) < usize::from(qp.attr.max_dest_rd_atomic).max(1);
+        match info.operation {
+            Operation::Send | Operation::RdmaWrite => self.push_ack(),
+            Operation::RdmaReadRequest | Operation::CompareSwap | Operation::FetchAdd if !room => {
+                // Responses already queued will answer it.
+                res.counters.dup_no_resource_dropped += 1;
+            }
+            Operation::RdmaReadRequest => {
+                let found = self.resources.iter().any(|r| match *r {
+                    RespResource::Read { first_psn, last_psn } => {
+                        psn.in_window(first_psn, last_psn.distance(first_psn) as u32 + 1)
+                    }
+                    _ => false,
+                });
+                let reth = pkt.ext.reth.expect("READ request has a RETH");
+                let len = u64::from(reth.dma_len);
+                let ok = len == 0
+                    || res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_some();
+                if found && ok {
+                    let msn = self.msn;
+                    self.push(RespItem::Read {
                         rkey: reth.rkey,
                         va: reth.va,
                         remaining: len,
@@ -413,86 +524,171 @@ fn duplicate(qp: &mut Qp, res: &mut Res, info: &'static OpcodeInfo, pkt: &RocePa
                         first: true,
                         msn,
                         replay: true,
-                    },
-                );
-            } else {
-                res.counters.dup_no_resource_dropped += 1;
+                    });
+                } else {
+                    res.counters.dup_no_resource_dropped += 1;
+                }
             }
-        }
-        Operation::CompareSwap | Operation::FetchAdd => {
-            let saved = qp.resp.resources.iter().find_map(|r| match *r {
-                RespResource::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
-                _ => None,
-            });
-            match saved {
-                Some((orig, msn)) => push(qp, RespItem::AtomicAck { psn, orig, msn, replay: true }),
-                None => res.counters.dup_no_resource_dropped += 1,
+            Operation::CompareSwap | Operation::FetchAdd => {
+                let saved = self.resources.iter().find_map(|r| match *r {
+                    RespResource::Atomic { psn: p, orig, msn } if p == psn => Some((orig, msn)),
+                    _ => None,
+                });
+                match saved {
+                    Some((orig, msn)) => self.push(RespItem::AtomicAck { psn, orig, msn, replay: true }),
+                    None => res.counters.dup_no_resource_dropped += 1,
+                }
             }
+            _ => {}
         }
-        _ => {}
     }
-}
 
-fn push(qp: &mut Qp, item: RespItem) {
-    qp.resp.outq.push_back(item);
-}
-
-/// Queues a cumulative ACK for everything before the expected PSN, merging
-/// with an ACK already waiting at the tail (coalescing).
-fn push_ack(qp: &mut Qp) {
-    let psn = qp.resp.epsn.sub(1);
-    let msn = qp.resp.msn;
-    if let Some(RespItem::Ack { psn: p, syndrome: Syndrome::Ack { .. }, msn: m }) = qp.resp.outq.back_mut() {
-        *p = psn;
-        *m = msn;
-        return;
+    fn push(&mut self, item: RespItem) {
+        self.outq.push_back(item);
     }
-    push(qp, RespItem::Ack { psn, syndrome: Syndrome::Ack { credits: CREDITS }, msn });
-}
 
-/// NAKs a fatal request error; the QP enters ERR once the NAK is sent.
-fn nak_error(qp: &mut Qp, res: &mut Res, psn: Psn, code: NakCode, recv: Option<WcStatus>) {
-    res.counters.send_nak_err += 1;
-    if let Some(InMsg::Send { wqe, .. }) = qp.resp.cur.take() {
-        let wc = Wc::new(wqe.wr.wr_id, recv.unwrap_or(WcStatus::RemInvReqErr), WcOpcode::Recv, qp.qpn);
+    /// Queues a cumulative ACK for everything before the expected PSN, merging
+    /// with an ACK already waiting at the tail (coalescing).
+    fn push_ack(&mut self) {
+        let psn = self.epsn.sub(1);
+        let msn = self.msn;
+        if let Some(RespItem::Ack { psn: p, syndrome: Syndrome::Ack { .. }, msn: m }) = self.outq.back_mut() {
+            *p = psn;
+            *m = msn;
+            return;
+        }
+        self.push(RespItem::Ack { psn, syndrome: Syndrome::Ack { credits: CREDITS }, msn });
+    }
+
+    /// NAKs a fatal request error; the QP enters ERR once the NAK is sent.
+    fn nak_error(&mut self, qp: &mut QpCore, res: &mut Res, psn: Psn, code: NakCode, recv: Option<WcStatus>) {
+        res.counters.send_nak_err += 1;
+        if let Some(InMsg::Send { wqe, .. }) = self.cur.take() {
+            let wc = Wc::new(wqe.wr.wr_id, recv.unwrap_or(WcStatus::RemInvReqErr), WcOpcode::Recv, qp.qpn);
+            res.complete(qp.init.recv_cq, wc);
+        }
+        // Responses to earlier requests still go out first, then the NAK.
+        self.push(RespItem::Ack { psn, syndrome: Syndrome::Nak(code), msn: self.msn });
+        self.error_after_nak = true;
+    }
+
+    fn ud_receive(&mut self, qp: &mut QpCore, res: &mut Res, meta: &DatagramMeta, pkt: &RocePacketRepr<'_>) {
+        let Some(deth) = pkt.ext.deth else { return };
+        if deth.qkey != qp.attr.qkey {
+            res.counters.qkey_violation_dropped += 1;
+            return;
+        }
+        let Some(wqe) = qp.take_recv(res) else {
+            res.counters.no_recv_wqe_dropped += 1;
+            return;
+        };
+        let pd = qp.init.pd;
+        let grh = ud_grh(meta, pkt.payload.len());
+        let total = (grh.len() + pkt.payload.len()) as u64;
+        let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
+        wc.src_qp = deth.src_qp;
+        if total > wqe.length {
+            wc.status = WcStatus::LocLenErr;
+        } else if res.mrs.scatter(&wqe.wr.sg_list, pd, 0, &grh).is_err()
+            || res.mrs.scatter(&wqe.wr.sg_list, pd, grh.len() as u64, pkt.payload).is_err()
+        {
+            wc.status = WcStatus::LocProtErr;
+        } else {
+            wc.byte_len = total as u32;
+            wc.wc_flags = WC_GRH;
+            if let Some(i) = pkt.ext.imm {
+                wc.wc_flags |= WC_WITH_IMM;
+                wc.imm_data = i;
+            }
+            res.counters.rdma_recvs += 1;
+        }
         res.complete(qp.init.recv_cq, wc);
     }
-    // Responses to earlier requests still go out first, then the NAK.
-    push(qp, RespItem::Ack { psn, syndrome: Syndrome::Nak(code), msn: qp.resp.msn });
-    qp.resp.error_after_nak = true;
-}
 
-fn ud_receive(qp: &mut Qp, res: &mut Res, meta: &DatagramMeta, pkt: &RocePacketRepr<'_>) {
-    let Some(deth) = pkt.ext.deth else { return };
-    if deth.qkey != qp.attr.qkey {
-        res.counters.qkey_violation_dropped += 1;
-        return;
-    }
-    let Some(wqe) = res.take_recv(qp) else {
-        res.counters.no_recv_wqe_dropped += 1;
-        return;
-    };
-    let pd = qp.init.pd;
-    let grh = ud_grh(meta, pkt.payload.len());
-    let total = (grh.len() + pkt.payload.len()) as u64;
-    let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
-    wc.src_qp = deth.src_qp;
-    if total > wqe.length {
-        wc.status = WcStatus::LocLenErr;
-    } else if res.mrs.scatter(&wqe.wr.sg_list, pd, 0, &grh).is_err()
-        || res.mrs.scatter(&wqe.wr.sg_list, pd, grh.len() as u64, pkt.payload).is_err()
-    {
-        wc.status = WcStatus::LocProtErr;
-    } else {
-        wc.byte_len = total as u32;
-        wc.wc_flags = WC_GRH;
-        if let Some(i) = pkt.ext.imm {
-            wc.wc_flags |= WC_WITH_IMM;
-            wc.imm_data = i;
+    /// Produces the next response packet of `qp` into `buf`.
+    pub fn poll_transmit(&mut self, qp: &mut QpCore, res: &mut Res, buf: &mut [u8]) -> Option<usize> {
+        let mtu = qp.mtu();
+        let item = *self.outq.front()?;
+        let bth = |opcode: u8, psn: Psn| BthRepr {
+            opcode,
+            solicited: false,
+            mig_req: false,
+            pkey: res.cfg.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: qp.attr.dest_qp_num,
+            ack_req: false,
+            psn,
+        };
+        let ack = |msn: u32| Some(AethRepr { syndrome: Syndrome::Ack { credits: CREDITS }, msn });
+        let (repr, payload_from): (RocePacketRepr<'_>, Option<(u32, u64, usize)>) = match item {
+            RespItem::Ack { psn, syndrome, msn } => {
+                self.outq.pop_front();
+                let ext = ExtHeaders { aeth: Some(AethRepr { syndrome, msn }), ..ExtHeaders::default() };
+                (
+                    RocePacketRepr {
+                        bth: bth(response_opcode(Operation::Acknowledge, Position::Only), psn),
+                        ext,
+                        payload: &[],
+                    },
+                    None,
+                )
+            }
+            RespItem::AtomicAck { psn, orig, msn, .. } => {
+                self.outq.pop_front();
+                let ext = ExtHeaders { aeth: ack(msn), atomic_ack: Some(orig), ..ExtHeaders::default() };
+                (
+                    RocePacketRepr {
+                        bth: bth(response_opcode(Operation::AtomicAcknowledge, Position::Only), psn),
+                        ext,
+                        payload: &[],
+                    },
+                    None,
+                )
+            }
+            RespItem::Read { rkey, va, remaining, psn, first, msn, .. } => {
+                let n = remaining.min(mtu as u64);
+                let last = n == remaining;
+                let position = match (first, last) {
+                    (true, true) => Position::Only,
+                    (true, false) => Position::First,
+                    (false, false) => Position::Middle,
+                    (false, true) => Position::Last,
+                };
+                let opcode = response_opcode(Operation::RdmaReadResponse, position);
+                let aeth = if first || last { ack(msn) } else { None };
+                let ext = ExtHeaders { aeth, ..ExtHeaders::default() };
+                if last {
+                    self.outq.pop_front();
+                } else if let Some(RespItem::Read { va, remaining, psn, first, .. }) = self.outq.front_mut() {
+                    *va += n;
+                    *remaining -= n;
+                    *psn = psn.next();
+                    *first = false;
+                }
+                (RocePacketRepr { bth: bth(opcode, psn), ext, payload: &[] }, Some((rkey, va, n as usize)))
+            }
+        };
+        let n = payload_from.map_or(0, |p| p.2);
+        let hdr = repr.emit_header(buf, n).ok()?;
+        if let Some((rkey, va, n)) = payload_from {
+            if n > 0 {
+                let src = res.mrs.remote(rkey, qp.init.pd, va, n as u64, Access::REMOTE_READ);
+                let copied = src.is_some_and(|(b, off)| b.read(off, &mut buf[hdr..hdr + n]).is_ok());
+                if !copied {
+                    // The region went away between request and response.
+                    let psn = repr.bth.psn;
+                    self.nak_error(qp, res, psn, NakCode::RemoteAccessError, None);
+                    return self.poll_transmit(qp, res, buf);
+                }
+            }
         }
-        res.counters.rdma_recvs += 1;
+        let is_fatal_nak = matches!(item, RespItem::Ack { syndrome: Syndrome::Nak(c), .. } if c != NakCode::PsnSequenceError);
+        if is_fatal_nak && self.error_after_nak {
+            qp.raise_error();
+        }
+        Some(hdr + n + roce_wire::packet::pad_for(n) + roce_wire::icrc::ICRC_LEN)
     }
-    res.complete(qp.init.recv_cq, wc);
 }
 
 /// The 40 bytes a UD receive buffer starts with: the GRH (IPv6 header) of the
@@ -501,7 +697,7 @@ fn ud_receive(qp: &mut Qp, res: &mut Res, meta: &DatagramMeta, pkt: &RocePacketR
 fn ud_grh(meta: &DatagramMeta, payload_len: usize) -> [u8; 40] {
     let mut g = [0u8; 40];
     let transport_len = 12 + 8 + payload_len + roce_wire::packet::pad_for(payload_len) + 4;
-    if let Some((hdr, _, net)) = crate::engine::ip_udp_header(meta, transport_len) {
+    if let Some((hdr, _, net)) = crate::datagram::ip_udp_header(meta, transport_len) {
         match net {
             roce_wire::NetHeader::Ipv4 => g[20..40].copy_from_slice(&hdr[..20]),
             _ => g.copy_from_slice(&hdr[..40]),
@@ -511,75 +707,4 @@ fn ud_grh(meta: &DatagramMeta, payload_len: usize) -> [u8; 40] {
         g[24..40].copy_from_slice(&gid_to_bytes(meta.dst));
     }
     g
-}
-
-/// Produces the next response packet of `qp` into `buf`.
-pub(crate) fn poll_transmit(qp: &mut Qp, res: &mut Res, buf: &mut [u8]) -> Option<usize> {
-    let mtu = qp.mtu();
-    let item = *qp.resp.outq.front()?;
-    let bth = |opcode: u8, psn: Psn| BthRepr {
-        opcode,
-        solicited: false,
-        mig_req: false,
-        pkey: res.cfg.pkey,
-        fecn: false,
-        becn: false,
-        dest_qp: qp.attr.dest_qp_num,
-        ack_req: false,
-        psn,
-    };
-    let ack = |msn: u32| Some(AethRepr { syndrome: Syndrome::Ack { credits: CREDITS }, msn });
-    let (repr, payload_from): (RocePacketRepr<'_>, Option<(u32, u64, usize)>) = match item {
-        RespItem::Ack { psn, syndrome, msn } => {
-            qp.resp.outq.pop_front();
-            let ext = ExtHeaders { aeth: Some(AethRepr { syndrome, msn }), ..ExtHeaders::default() };
-            (RocePacketRepr { bth: bth(0x11, psn), ext, payload: &[] }, None)
-        }
-        RespItem::AtomicAck { psn, orig, msn, .. } => {
-            qp.resp.outq.pop_front();
-            let ext = ExtHeaders { aeth: ack(msn), atomic_ack: Some(orig), ..ExtHeaders::default() };
-            (RocePacketRepr { bth: bth(0x12, psn), ext, payload: &[] }, None)
-        }
-        RespItem::Read { rkey, va, remaining, psn, first, msn, .. } => {
-            let n = remaining.min(mtu as u64);
-            let last = n == remaining;
-            let opcode = match (first, last) {
-                (true, true) => 0x10,
-                (true, false) => 0x0d,
-                (false, false) => 0x0e,
-                (false, true) => 0x0f,
-            };
-            let aeth = if first || last { ack(msn) } else { None };
-            let ext = ExtHeaders { aeth, ..ExtHeaders::default() };
-            if last {
-                qp.resp.outq.pop_front();
-            } else if let Some(RespItem::Read { va, remaining, psn, first, .. }) = qp.resp.outq.front_mut() {
-                *va += n;
-                *remaining -= n;
-                *psn = psn.next();
-                *first = false;
-            }
-            (RocePacketRepr { bth: bth(opcode, psn), ext, payload: &[] }, Some((rkey, va, n as usize)))
-        }
-    };
-    let n = payload_from.map_or(0, |p| p.2);
-    let hdr = repr.emit_header(buf, n).ok()?;
-    if let Some((rkey, va, n)) = payload_from {
-        if n > 0 {
-            let src = res.mrs.remote(rkey, qp.init.pd, va, n as u64, Access::REMOTE_READ);
-            let copied = src.is_some_and(|(b, off)| b.read(off, &mut buf[hdr..hdr + n]).is_ok());
-            if !copied {
-                // The region went away between request and response.
-                let psn = repr.bth.psn;
-                nak_error(qp, res, psn, NakCode::RemoteAccessError, None);
-                return poll_transmit(qp, res, buf);
-            }
-        }
-    }
-    let is_fatal_nak =
-        matches!(item, RespItem::Ack { syndrome: Syndrome::Nak(c), .. } if c != NakCode::PsnSequenceError);
-    if is_fatal_nak && qp.resp.error_after_nak {
-        completer::enter_error(qp, res);
-    }
-    Some(hdr + n + roce_wire::packet::pad_for(n) + roce_wire::icrc::ICRC_LEN)
 }

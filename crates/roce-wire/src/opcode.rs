@@ -239,6 +239,55 @@ pub fn all() -> impl Iterator<Item = &'static OpcodeInfo> {
     OPCODES.iter()
 }
 
+/// What the last (or only) packet of a message carries besides its payload:
+/// the part of the opcode the operation and position do not decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Suffix {
+    Plain,
+    /// `..._WITH_IMMEDIATE` (ImmDt).
+    Immediate,
+    /// `..._WITH_INVALIDATE` (IETH).
+    Invalidate,
+}
+
+/// The opcode for a packet of `operation` at `position` on `transport`,
+/// with `suffix` (meaningful on Last and Only packets): the table read the
+/// other way round, so that senders name packets by what they are instead
+/// of by hex codes. `None` where the table has no such row (a READ request
+/// is always Only; UD has no Middle; ...).
+#[inline]
+pub fn find(
+    transport: Transport,
+    operation: Operation,
+    position: Position,
+    suffix: Suffix,
+) -> Option<&'static OpcodeInfo> {
+    REVERSE[reverse_key(transport, operation, position, suffix)].map(|i| &OPCODES[i as usize])
+}
+
+const fn reverse_key(t: Transport, op: Operation, pos: Position, suffix: Suffix) -> usize {
+    (((t as usize * 11 + op as usize) * 4 + pos as usize) * 3) + suffix as usize
+}
+
+/// `(transport, operation, position, suffix)` -> position in `OPCODES`.
+static REVERSE: [Option<u8>; 4 * 11 * 4 * 3] = {
+    let mut t = [None; 4 * 11 * 4 * 3];
+    let mut i = 0;
+    while i < OPCODES.len() {
+        let o = &OPCODES[i];
+        let suffix = if o.immediate {
+            Suffix::Immediate
+        } else if o.invalidate {
+            Suffix::Invalidate
+        } else {
+            Suffix::Plain
+        };
+        t[reverse_key(o.transport, o.operation, o.position, suffix)] = Some(i as u8);
+        i += 1;
+    }
+    t
+};
+
 /// Dense index: opcode byte -> position in `OPCODES`.
 static TABLE: [Option<u8>; 256] = {
     let mut t = [None; 256];
@@ -273,6 +322,22 @@ mod tests {
         for c in [0x15u8, 0x18, 0x1e, 0x2c, 0x40, 0x60, 0x63, 0x80, 0xa0, 0xff] {
             assert!(lookup(c).is_none(), "0x{c:02x}");
         }
+    }
+
+    #[test]
+    fn find_reads_the_table_backwards() {
+        for o in all() {
+            let suffix = match (o.immediate, o.invalidate) {
+                (true, _) => Suffix::Immediate,
+                (_, true) => Suffix::Invalidate,
+                _ => Suffix::Plain,
+            };
+            assert_eq!(find(o.transport, o.operation, o.position, suffix).map(|r| r.code), Some(o.code));
+        }
+        assert!(find(Transport::Ud, Operation::Send, Position::Middle, Suffix::Plain).is_none());
+        assert!(find(Transport::Rc, Operation::RdmaReadRequest, Position::First, Suffix::Plain).is_none());
+        let w = find(Transport::Uc, Operation::RdmaWrite, Position::Last, Suffix::Immediate).unwrap();
+        assert_eq!(w.code, 0x29);
     }
 
     #[test]

@@ -1,0 +1,97 @@
+//! Datagrams between the engine and its driver: where one came from or goes
+//! to, and the IP/UDP encapsulation its ICRC covers.
+
+use core::net::IpAddr;
+
+use roce_wire::icrc::{self, NetHeader};
+
+/// Where a datagram came from / goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DatagramMeta {
+    pub src: IpAddr,
+    pub dst: IpAddr,
+    pub src_port: u16,
+    pub dst_port: u16,
+    /// ECN codepoint of the IP header (0..=3; 3 is CE).
+    pub ecn: u8,
+    /// IPv4 Identification, if the driver knows it (see module docs).
+    pub ipv4_id: Option<u16>,
+}
+
+/// What the ICRC check of a received datagram found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcrcCheck {
+    /// The ICRC matches the headers as the driver described them (IPv6, or
+    /// IPv4 with the Identification given).
+    Verified,
+    /// IPv4 whose Identification the driver could not see: the ICRC is
+    /// right for this ID and for no other (16 of its 32 bits spent on
+    /// finding the ID).
+    Ipv4IdInferred(u16),
+    /// The ICRC does not match: dropped and counted in `icrc_errors`.
+    Failed,
+    /// Too short to hold a BTH and ICRC, or the addresses mix IPv4 and IPv6:
+    /// dropped and counted in `malformed_dropped`.
+    Malformed,
+}
+
+/// A datagram the engine wants sent: `len` bytes at the start of the buffer
+/// given to `poll_transmit` form the UDP payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Transmit {
+    pub meta: DatagramMeta,
+    /// DSCP << 2 | ECN, for IP_TOS / IPV6_TCLASS.
+    pub traffic_class: u8,
+    pub hop_limit: u8,
+    pub flow_label: u32,
+    pub len: usize,
+    /// The source QP (for drivers that shard or trace by QP).
+    pub qpn: u32,
+}
+
+/// The ICRC of a RoCEv2 datagram with this metadata: over the IP and UDP
+/// headers it travels in, rebuilt from `meta` (see the module docs), and
+/// `body` (BTH through pad). `None` if the addresses mix IPv4 and IPv6 or
+/// the datagram is too long for IP.
+pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
+    let (hdr, hlen, net) = ip_udp_header(meta, body.len() + icrc::ICRC_LEN)?;
+    Some(icrc::compute_split(&hdr[..hlen], body, net))
+}
+
+/// The IP and UDP headers a datagram travels in, as the ICRC sees them.
+/// Returns the bytes, their length and the header kind.
+pub(crate) fn ip_udp_header(
+    meta: &DatagramMeta,
+    transport_len: usize,
+) -> Option<([u8; 48], usize, NetHeader)> {
+    let mut h = [0u8; 48];
+    let udp_len = 8 + transport_len;
+    let (ip_len, net) = match (meta.src, meta.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let total = u16::try_from(20 + udp_len).ok()?;
+            h[0] = 0x45;
+            h[2..4].copy_from_slice(&total.to_be_bytes());
+            h[4..6].copy_from_slice(&meta.ipv4_id.unwrap_or(0).to_be_bytes());
+            h[6] = 0x40; // DF
+            h[9] = 17;
+            h[12..16].copy_from_slice(&s.octets());
+            h[16..20].copy_from_slice(&d.octets());
+            (20, NetHeader::Ipv4)
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let plen = u16::try_from(udp_len).ok()?;
+            h[0] = 0x60;
+            h[4..6].copy_from_slice(&plen.to_be_bytes());
+            h[6] = 17;
+            h[8..24].copy_from_slice(&s.octets());
+            h[24..40].copy_from_slice(&d.octets());
+            (40, NetHeader::Ipv6)
+        }
+        _ => return None,
+    };
+    let u = &mut h[ip_len..ip_len + 8];
+    u[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
+    u[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
+    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
+    Some((h, ip_len + 8, net))
+}

@@ -1,0 +1,45 @@
+//! Device limits and protocol constants, in one place. `EngineConfig::new`
+//! starts from these; the roles read the tunable ones from the config.
+
+/// Largest `max_rd_atomic` / `max_dest_rd_atomic` the device supports
+/// (IBTA vol. 1 §9.5: outstanding RDMA READ and atomic requests).
+pub const MAX_RD_ATOMIC: u8 = 16;
+
+/// AETH credit count in the ACKs the responder sends: "no credits
+/// reported" (IBTA vol. 1 §9.7.7.2.4; end-to-end flow control is not used
+/// with RoCE), as rxe sends.
+pub const ACK_CREDITS: u8 = roce_wire::aeth::CREDITS_INVALID;
+
+/// Inline sends up to this size keep their data in the WQE itself.
+pub const INLINE_IN_WQE: usize = 64;
+
+/// Default number of unacknowledged request PSNs per QP (the send window).
+pub const MAX_UNACKED_PSNS: u32 = 256;
+
+/// Default: ask for an ACK at least every this many packets of a message.
+pub const ACK_REQ_EVERY: u32 = 64;
+
+/// Default device limits (`struct ibv_device_attr`).
+pub const MAX_QP: usize = 1 << 16;
+pub const MAX_CQE: usize = 1 << 20;
+pub const MAX_MR: usize = 1 << 20;
+pub const MAX_QP_WR: u32 = 1 << 14;
+pub const MAX_SGE: u32 = 32;
+pub const MAX_INLINE: u32 = 512;
+pub const MAX_MSG_SIZE: u64 = 1 << 31;
+
+/// The MTU of UD QPs: one packet per message, up to the largest IB MTU.
+pub const UD_MTU: usize = 4096;
+
+/// A response gap restarts transmission at most once per this fraction of
+/// the local ACK timeout unless more stale responses arrive than can exist
+/// (see `completer`).
+pub const GAP_RETRY_TIMEOUT_DIVISOR: u64 = 8;
+
+/// QPNs 0 and 1 are the special QPs (SMI, GSI); QPNs are 24 bits.
+pub const QPN_MASK: u32 = 0x00ff_ffff;
+
+/// UDP source ports for flow entropy: the dynamic range, as rxe derives
+/// them from the QPN (Annex A17.4.2).
+pub const UDP_SPORT_BASE: u16 = 0xc000;
+pub const UDP_SPORT_MASK: u16 = 0x3fff;

@@ -1,0 +1,47 @@
+//! What a QP's roles share with the rest of the device: the configuration,
+//! memory regions, completion queues, SRQs, counters and pending events.
+//! The roles take it as `&mut Res`; it knows nothing of QPs or roles.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::config::EngineConfig;
+use crate::counters::Counters;
+use crate::cq::Cq;
+use crate::mr::MrTable;
+use crate::verbs::{AsyncEvent, CqId, PdId, Wc};
+use crate::wqe::RecvWqe;
+
+/// A shared receive queue.
+#[derive(Debug)]
+pub(crate) struct Srq {
+    pub pd: PdId,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub wqes: VecDeque<RecvWqe>,
+    /// Raise `SrqLimitReached` when the queue drops below this (0 = disarmed).
+    pub limit: u32,
+    pub users: usize,
+}
+
+/// Everything a QP's roles share: memory, completion queues, counters.
+pub(crate) struct Res {
+    pub cfg: EngineConfig,
+    pub pds: BTreeMap<u32, usize>,
+    pub mrs: MrTable,
+    pub cqs: BTreeMap<u32, Cq>,
+    pub srqs: BTreeMap<u32, Srq>,
+    pub counters: Counters,
+    pub events: VecDeque<AsyncEvent>,
+}
+
+impl Res {
+    /// Delivers a completion; a full CQ overflows (and raises CQ_ERR once).
+    pub fn complete(&mut self, cq: CqId, wc: Wc) {
+        if let Some(c) = self.cqs.get_mut(&cq.0) {
+            let was = c.overflowed;
+            if !c.push(wc) && !was {
+                self.events.push_back(AsyncEvent::CqErr(cq));
+            }
+        }
+    }
+}
