@@ -35,8 +35,15 @@ pub enum IcrcCheck {
     Malformed,
 }
 
-/// A datagram the engine wants sent: `len` bytes at the start of the buffer
-/// given to `poll_transmit` form the UDP payload.
+/// The largest datagram the engine produces (BTH, the longest extension
+/// headers, a 4096-byte payload, pad and ICRC), with room to spare: every
+/// buffer given to `poll_transmit` must hold one.
+pub const MAX_DATAGRAM: usize = 4096 + 128;
+
+/// Datagrams the engine wants sent: `len` bytes at the start of the buffer
+/// given to `poll_transmit`. One datagram, or (from
+/// `poll_transmit_batch`) several of `segment_size` bytes laid end to end,
+/// the last possibly shorter, all with the same addresses: a UDP GSO send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Transmit {
     pub meta: DatagramMeta,
@@ -44,9 +51,19 @@ pub struct Transmit {
     pub traffic_class: u8,
     pub hop_limit: u8,
     pub flow_label: u32,
+    /// Bytes in the buffer: the datagram, or all of the batch.
     pub len: usize,
+    /// Bytes of each datagram (of each but the last, in a batch).
+    pub segment_size: usize,
     /// The source QP (for drivers that shard or trace by QP).
     pub qpn: u32,
+}
+
+impl Transmit {
+    /// Number of datagrams in the buffer.
+    pub fn segments(&self) -> usize {
+        self.len.div_ceil(self.segment_size.max(1))
+    }
 }
 
 /// The ICRC of a RoCEv2 datagram with this metadata: over the IP and UDP

@@ -32,7 +32,7 @@ use roce_wire::icrc::{self, Ipv4IdCache};
 use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 
 pub use crate::config::EngineConfig;
-pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit};
+pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
 use crate::completer::Completer;
 use crate::counters::Counters;
@@ -60,6 +60,10 @@ pub struct Engine {
     next_pd: u32,
     next_cq: u32,
     next_srq: u32,
+    /// A datagram produced for a batch it could not join, handed out next
+    /// (allocated once, `MAX_DATAGRAM` bytes).
+    stash: Option<Transmit>,
+    stash_buf: Vec<u8>,
 }
 
 impl Engine {
@@ -84,6 +88,8 @@ impl Engine {
             next_pd: 1,
             next_cq: 1,
             next_srq: 1,
+            stash: None,
+            stash_buf: vec![0; MAX_DATAGRAM],
         }
     }
 
@@ -642,7 +648,60 @@ impl Engine {
 
     /// Produces the next datagram to send, if any: one packet per QP in
     /// turn, each QP alternating between its requests and its responses.
+    /// `buf` must hold `MAX_DATAGRAM` bytes.
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(tx) = self.stash.take() {
+            buf[..tx.len].copy_from_slice(&self.stash_buf[..tx.len]);
+            return Some(tx);
+        }
+        self.produce_one(now, buf)
+    }
+
+    /// Like `poll_transmit`, but hands out up to `max_segments` datagrams
+    /// of one QP at once when they have the same length and addresses (the
+    /// last may be shorter), laid end to end in `buf`: what a driver sends
+    /// as one UDP GSO message. The QP's turn in the round robin covers the
+    /// whole batch. `buf` must hold `MAX_DATAGRAM` bytes; a batch grows
+    /// while another datagram fits.
+    pub fn poll_transmit_batch(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        max_segments: usize,
+    ) -> Option<Transmit> {
+        let mut tx = self.poll_transmit(now, buf)?;
+        let (qpn, seg) = (tx.qpn, tx.len);
+        while tx.segments() < max_segments && buf.len() - tx.len >= MAX_DATAGRAM {
+            let Some(qp) = self.qps.get_mut(&qpn) else { break };
+            let at = tx.len;
+            let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
+            let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..], len) else {
+                self.res.counters.emit_errors += 1;
+                continue;
+            };
+            self.res.counters.sent_pkts += 1;
+            let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
+            if !same {
+                // Not of this batch: it leaves on its own, next.
+                self.stash_buf[..next.len].copy_from_slice(&buf[at..at + next.len]);
+                self.stash = Some(next);
+                break;
+            }
+            tx.len += next.len;
+            if next.len < seg {
+                break;
+            }
+        }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            schedule(&mut self.ready, qp);
+            sync_timer(&mut self.timers, qp);
+        }
+        tx.segment_size = seg;
+        Some(tx)
+    }
+
+    /// The next packet of the next ready QP.
+    fn produce_one(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.scheduled = false;
@@ -668,7 +727,7 @@ impl Engine {
     /// True when some QP may have a packet to send (`poll_transmit` may
     /// still find it has none): lets a driver skip an idle flush.
     pub fn has_transmit(&self) -> bool {
-        !self.ready.is_empty()
+        self.stash.is_some() || !self.ready.is_empty()
     }
 
     /// The earliest time `handle_timeout` wants to be called.
@@ -871,6 +930,7 @@ fn finish(cfg: &EngineConfig, qp: &QpEntry, buf: &mut [u8], len: usize) -> Optio
         hop_limit: hop,
         flow_label: flow,
         len,
+        segment_size: len,
         qpn: q.qpn,
     })
 }

@@ -21,8 +21,6 @@ use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 
 /// Bytes reserved per transmit slot: one GSO batch of equal-size packets.
 const SLOT: usize = 65536;
-/// Largest RoCE datagram the engine produces (4096 payload + headers).
-const MAX_PKT: usize = 4096 + 128;
 /// Segments per GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or 128).
 const MAX_SEGS: usize = 64;
 /// `sendmmsg` calls that find the socket buffer full before the batch's
@@ -160,7 +158,6 @@ struct Slot {
     tos: u8,
     seg: usize,
     used: usize,
-    open: bool,
 }
 
 impl Slot {
@@ -307,7 +304,7 @@ impl Core {
             ecn: 0,
             ipv4_id: None,
         };
-        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0, open: false };
+        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0 };
         let mut slots = [empty; BATCH];
         loop {
             let n = self.fill(now, &mut slots);
@@ -321,39 +318,27 @@ impl Core {
         }
     }
 
-    /// Polls the engine into up to `BATCH` slots; returns how many hold data.
+    /// Polls the engine into up to `BATCH` slots; returns how many hold
+    /// data. Each slot is one batch of equal-size datagrams of one QP (the
+    /// engine forms them), sent with GSO where the kernel has it. Over IPv4
+    /// the k-th datagram's ICRC is moved to IPv4 ID k, the ID the kernel's
+    /// segmentation writes.
     fn fill(&mut self, now: Instant, slots: &mut [Slot; BATCH]) -> usize {
-        let gso = self.io.gso();
+        let max_segments = if self.io.gso() { MAX_SEGS } else { 1 };
         let v4 = !self.io.is_ipv6();
         let mut n = 0;
-        loop {
-            // Try to append to the last slot only while a fresh slot is
-            // left to move the packet to if it does not match.
-            let join = n > 0 && n < BATCH && gso && {
-                let l = &slots[n - 1];
-                l.open && l.used + MAX_PKT <= SLOT && l.used / l.seg < MAX_SEGS
-            };
-            if !join && n == BATCH {
-                break;
-            }
-            let at = if join { (n - 1) * SLOT + slots[n - 1].used } else { n * SLOT };
-            let Some(tx) = self.engine.poll_transmit(now, &mut self.tx[at..at + MAX_PKT]) else { break };
-            let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
-            let tos = tx.traffic_class;
-            if join {
-                let l = &mut slots[n - 1];
-                if l.meta == tx.meta && l.tos == tos && tx.len <= l.seg {
-                    if v4 {
-                        let k = (l.used / l.seg) as u16;
-                        move_icrc(&mut self.ipv4_ids, &mut self.tx[at..at + tx.len], 0, k);
-                    }
-                    l.used += tx.len;
-                    l.open = tx.len == l.seg;
-                    continue;
+        while n < BATCH {
+            let buf = &mut self.tx[n * SLOT..(n + 1) * SLOT];
+            let Some(tx) = self.engine.poll_transmit_batch(now, buf, max_segments) else { break };
+            let seg = tx.segment_size;
+            if v4 {
+                for k in 1..tx.segments() {
+                    let end = ((k + 1) * seg).min(tx.len);
+                    move_icrc(&mut self.ipv4_ids, &mut buf[k * seg..end], 0, k as u16);
                 }
-                self.tx.copy_within(at..at + tx.len, n * SLOT);
             }
-            slots[n] = Slot { meta: tx.meta, dst, tos, seg: tx.len, used: tx.len, open: true };
+            let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
+            slots[n] = Slot { meta: tx.meta, dst, tos: tx.traffic_class, seg, used: tx.len };
             n += 1;
         }
         n
