@@ -1,5 +1,21 @@
 //! Datagrams between the engine and its driver: where one came from or goes
 //! to, and the IP/UDP encapsulation its ICRC covers.
+//!
+//! A datagram is the UDP payload of a RoCEv2 packet (BTH through ICRC); the
+//! driver tells the engine the addresses, ports and ECN bits it came with.
+//! Since the ICRC covers the IP and UDP headers, the engine rebuilds them from
+//! that metadata: IPv4 with DF set, no options, and the Identification the
+//! driver reports.
+//!
+//! * Sending, the engine computes the ICRC for ID 0, the ID an unconnected
+//!   Linux UDP socket with DF set writes (`ip_select_ident`); a driver whose
+//!   packets leave with another ID (the segments of a GSO send) fixes the
+//!   ICRC with [`roce_wire::icrc::Ipv4IdIcrc::delta`].
+//! * Receiving, a driver on a UDP socket cannot see the ID (`ipv4_id:
+//!   None`). The engine then checks the ICRC for *some* ID and learns which
+//!   one ([`IcrcCheck::Ipv4IdInferred`]): a check 16 bits weaker than the
+//!   full ICRC (see `roce_wire::icrc::Ipv4IdIcrc`). A driver that sees the
+//!   real header passes the ID and gets the full check.
 
 use core::net::IpAddr;
 

@@ -8,21 +8,17 @@
 //! engine.poll_cq(cq, &mut [Wc])                         completions
 //! ```
 //!
-//! A datagram is the UDP payload of a RoCEv2 packet (BTH through ICRC); the
-//! driver tells the engine the addresses, ports and ECN bits it came with.
-//! Since the ICRC covers the IP and UDP headers, the engine rebuilds them from
-//! that metadata: IPv4 with DF set, no options, and the Identification the
-//! driver reports.
-//!
-//! * Sending, the engine computes the ICRC for ID 0, the ID an unconnected
-//!   Linux UDP socket with DF set writes (`ip_select_ident`); a driver whose
-//!   packets leave with another ID (the segments of a GSO send) fixes the
-//!   ICRC with [`roce_wire::icrc::Ipv4IdIcrc::delta`].
-//! * Receiving, a driver on a UDP socket cannot see the ID (`ipv4_id:
-//!   None`). The engine then checks the ICRC for *some* ID and learns which
-//!   one ([`IcrcCheck::Ipv4IdInferred`]): a check 16 bits weaker than the
-//!   full ICRC (see `roce_wire::icrc::Ipv4IdIcrc`). A driver that sees the
-//!   real header passes the ID and gets the full check.
+//! Inside, a QP is its shared core (`qp::QpCore`: attributes, queues,
+//! timers) and three roles that each own their state, as in Linux rxe: the
+//! `requester` turns WQEs into packets, the `responder` executes incoming
+//! requests, the `completer` retires WQEs from responses and timers and
+//! moves the requester back to retransmit. A role that meets a fatal error
+//! raises it on the core; the engine settles it when the role returns, in
+//! one place (`QpEntry::enter_error`). Each QP's timers are a table of
+//! kinds; the engine keeps every QP's earliest deadline in one ordered set.
+//! QPs transmit in round robin, one packet (or one `poll_transmit_batch`
+//! run of equal datagrams) per turn. See `datagram` for how the IP/UDP
+//! header under the ICRC is rebuilt.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 

@@ -22,7 +22,7 @@
 //! timeout.
 //!
 //! UC drops what it cannot take (no ACKs, no NAKs; a lost packet drops the
-//! rest of its message, §9.7.5.1.x). UD checks the Q_Key (§10.2.5) and places
+//! rest of its message: the unreliable service has no ACKs or NAKs). UD checks the Q_Key (§10.2.5) and places
 //! a 40-byte GRH before the payload (ibverbs convention).
 
 use std::collections::VecDeque;
@@ -308,7 +308,9 @@ impl Responder {
         let Some(InMsg::Send { wqe, placed, .. }) = &mut self.cur else { unreachable!("sequence checked") };
         let n = pkt.payload.len() as u64;
         if *placed + n > wqe.length {
-            // Message longer than the receive buffer (§9.7.5.1.x, C9-xx).
+            // Message longer than the receive buffer: an Invalid Request
+            // NAK, and the receive WQE completes with a local length error
+            // (as rxe does).
             return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
         }
         if n > 0 {

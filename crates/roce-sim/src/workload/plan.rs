@@ -249,7 +249,7 @@ pub struct Op {
 }
 
 /// The remote error a probe provokes (IBTA §9.7.5.1.3 remote access checks,
-/// §9.7.5.1.x receive buffer length): the responder NAKs, both QPs go to
+/// or a receive buffer too short): the responder NAKs, both QPs go to
 /// the error state, and the requester's later WRs are flushed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ProbeKind {
