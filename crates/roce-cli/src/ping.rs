@@ -311,7 +311,7 @@ impl End {
         let me = Dest {
             lid: if port == ROCE_UDP_PORT { 0 } else { port },
             qpn: qp.qpn(),
-            psn: dev.random_psn().value(),
+            psn: qp.endpoint().psn.value(),
             gid: gid_bytes(dev.gid()),
         };
         let ud_dest = a.ud.then(|| Cell::new(None));
@@ -330,7 +330,7 @@ impl End {
         if a.ud {
             // A UD QP needs nothing from the peer to be ready: RTS and the
             // receives before the exchange, as ibv_ud_pingpong.
-            end.qp.ready_ud(UD_QKEY, Psn::new(end.me.psn))?;
+            end.qp.ready_ud(UD_QKEY)?;
             for _ in 0..end.rx_depth {
                 end.post_recv()?;
             }
@@ -415,7 +415,7 @@ impl End {
             max_dest_rd_atomic: 1,
             ..ConnectOptions::default()
         };
-        self.qp.connect(&ep, Psn::new(self.me.psn), &opts)?;
+        self.qp.connect(&ep, &opts)?;
         for _ in 0..self.rx_depth {
             self.post_recv()?;
         }

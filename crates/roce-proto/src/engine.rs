@@ -370,8 +370,9 @@ impl Engine {
     }
 
     /// Checks an address vector against the GID table: the source GID
-    /// exists and is of the destination's IP family.
-    fn check_av(&self, av: &AddressVector) -> Result<(), VerbsError> {
+    /// exists and is of the destination's IP family (what `modify_qp` and
+    /// a UD `post_send` check; drivers check address handles with it).
+    pub fn check_av(&self, av: &AddressVector) -> Result<(), VerbsError> {
         let sgid =
             self.res.cfg.gids.get(usize::from(av.sgid_index)).ok_or(VerbsError::Invalid("sgid_index"))?;
         if sgid.is_ipv4() != av.dgid.is_ipv4() {

@@ -133,8 +133,8 @@ fn end(busy: bool) -> End {
 fn connect(a: &End, b: &End) {
     let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
     let o = ConnectOptions { mtu: PathMtu::Mtu4096, ..ConnectOptions::default() };
-    a.qp.connect(&eb, ea.psn, &o).unwrap();
-    b.qp.connect(&ea, eb.psn, &o).unwrap();
+    a.qp.connect(&eb, &o).unwrap();
+    b.qp.connect(&ea, &o).unwrap();
 }
 
 fn roce_write_bw() -> f64 {

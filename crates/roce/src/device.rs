@@ -323,25 +323,100 @@ impl Pd {
         Ok(Mr { pd: self.clone(), keys, buf })
     }
 
-    /// Creates a QP (`ibv_create_qp`).
+    /// Creates a QP (`ibv_create_qp`). It draws its first send PSN now
+    /// (`Qp::endpoint` tells it to the peer, `Qp::connect` uses it).
     pub fn create_qp(&self, b: QpBuilder<'_>) -> Result<Qp> {
         let init = QpInitAttr {
             qp_type: b.qp_type,
             pd: self.inner.id,
             send_cq: b.send_cq.inner.id,
             recv_cq: b.recv_cq.inner.id,
-            srq: None,
+            srq: b.srq.map(|s| s.inner.id),
             cap: b.cap,
             sq_sig_all: b.sq_sig_all,
         };
-        let qpn = self.dev().with(|e| e.create_qp(init))?;
+        let (qpn, psn) = self.dev().with(|e| Ok((e.create_qp(init)?, e.random_psn())))?;
         Ok(Qp {
             pd: self.clone(),
             send_cq: b.send_cq.clone(),
             recv_cq: b.recv_cq.clone(),
+            srq: b.srq.cloned(),
             qpn,
             qp_type: b.qp_type,
+            psn,
         })
+    }
+
+    /// Creates a shared receive queue (`ibv_create_srq`): `max_wr` receive
+    /// WRs of up to `max_sge` SGEs, for any number of QPs of this PD.
+    pub fn create_srq(&self, max_wr: u32, max_sge: u32) -> Result<Srq> {
+        let id = self.dev().with(|e| e.create_srq(self.inner.id, max_wr, max_sge))?;
+        Ok(Srq { inner: Arc::new(SrqInner { pd: self.clone(), id }) })
+    }
+
+    /// An address handle for UD sends (`ibv_create_ah`): checked against
+    /// the device's GID table now (the source GID exists and is of the
+    /// destination's IP family), so a send through it cannot be refused
+    /// for its address.
+    pub fn create_ah(&self, av: AddressVector) -> Result<Ah> {
+        self.dev().with(|e| e.check_av(&av))?;
+        Ok(Ah { _pd: self.clone(), av })
+    }
+}
+
+struct SrqInner {
+    pd: Pd,
+    id: SrqId,
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        let _ = self.pd.dev().with(|e| e.destroy_srq(self.id));
+    }
+}
+
+/// A shared receive queue. QPs created with it (`QpBuilder::srq`) keep it
+/// alive.
+#[derive(Clone)]
+pub struct Srq {
+    inner: Arc<SrqInner>,
+}
+
+impl Srq {
+    /// `ibv_post_srq_recv`.
+    pub fn post_recv(&self, wr: RecvWr) -> Result<()> {
+        self.inner.pd.dev().with(|e| e.post_srq_recv(self.inner.id, wr))
+    }
+
+    /// Arms the limit event (`ibv_modify_srq` with `IBV_SRQ_LIMIT`):
+    /// `AsyncEvent::SrqLimitReached` once fewer than `limit` WRs are left.
+    pub fn arm_limit(&self, limit: u32) -> Result<()> {
+        self.inner.pd.dev().with(|e| e.arm_srq_limit(self.inner.id, limit))
+    }
+
+    /// The engine's identifier (what `AsyncEvent::SrqLimitReached` names).
+    pub fn id(&self) -> SrqId {
+        self.inner.id
+    }
+}
+
+/// An address handle: where UD sends go (`struct ibv_ah`), checked when
+/// made.
+#[derive(Clone)]
+pub struct Ah {
+    _pd: Pd,
+    av: AddressVector,
+}
+
+impl Ah {
+    pub fn av(&self) -> &AddressVector {
+        &self.av
+    }
+
+    /// The destination of a UD send (`wr.ud` of `ibv_send_wr`): this
+    /// address, the remote QP and its Q_Key.
+    pub fn dest(&self, remote_qpn: u32, remote_qkey: u32) -> UdDest {
+        UdDest { av: self.av, remote_qpn, remote_qkey }
     }
 }
 
@@ -509,13 +584,20 @@ pub struct QpBuilder<'a> {
     qp_type: QpType,
     send_cq: &'a Cq,
     recv_cq: &'a Cq,
+    srq: Option<&'a Srq>,
     cap: QpCap,
     sq_sig_all: bool,
 }
 
 impl<'a> QpBuilder<'a> {
     pub fn new(qp_type: QpType, send_cq: &'a Cq, recv_cq: &'a Cq) -> Self {
-        QpBuilder { qp_type, send_cq, recv_cq, cap: QpCap::default(), sq_sig_all: false }
+        QpBuilder { qp_type, send_cq, recv_cq, srq: None, cap: QpCap::default(), sq_sig_all: false }
+    }
+    /// Receives come from this shared receive queue (the QP's own receive
+    /// queue is not used).
+    pub fn srq(mut self, srq: &'a Srq) -> Self {
+        self.srq = Some(srq);
+        self
     }
     pub fn rc(cq: &'a Cq) -> Self {
         Self::new(QpType::Rc, cq, cq)
@@ -593,8 +675,11 @@ pub struct Qp {
     pd: Pd,
     send_cq: Cq,
     recv_cq: Cq,
+    srq: Option<Srq>,
     qpn: u32,
     qp_type: QpType,
+    /// The first send PSN, drawn at creation.
+    psn: Psn,
 }
 
 impl Qp {
@@ -626,20 +711,24 @@ impl Qp {
         Ok(self.query()?.qp_state)
     }
 
-    /// This QP's endpoint for the peer, with a fresh random PSN.
-    pub fn endpoint(&self) -> Endpoint {
-        Endpoint {
-            gid: self.dev().gid(),
-            port: self.dev().local_addr().port(),
-            qpn: self.qpn,
-            psn: self.dev().random_psn(),
-        }
+    /// The shared receive queue the QP takes its receives from, if any.
+    pub fn srq(&self) -> Option<&Srq> {
+        self.srq.as_ref()
     }
 
-    /// RC/UC: moves the QP RESET -> INIT -> RTR -> RTS towards `remote`,
-    /// sending from `local_psn`. UD: RESET -> INIT -> RTR -> RTS with `qkey`
-    /// taken from `opts.access` bits ignored (see `ready_ud`).
-    pub fn connect(&self, remote: &Endpoint, local_psn: Psn, opts: &ConnectOptions) -> Result<()> {
+    /// What the peer needs to connect to this QP: GID, UDP port, QPN and
+    /// the first PSN this QP sends (drawn once, at creation, from the
+    /// engine's CSPRNG).
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint { gid: self.dev().gid(), port: self.dev().local_addr().port(), qpn: self.qpn, psn: self.psn }
+    }
+
+    /// RC/UC: moves the QP RESET -> INIT -> RTR -> RTS towards `remote`
+    /// (the peer's `endpoint()`), sending from this QP's own first PSN (the
+    /// one `endpoint()` told the peer). UD QPs are not connected: see
+    /// `ready_ud`.
+    pub fn connect(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
+        let local_psn = self.psn;
         if self.qp_type == QpType::Ud {
             return Err(Error::Config("UD QPs are not connected: use ready_ud".into()));
         }
@@ -666,8 +755,10 @@ impl Qp {
         self.dev().with(|e| e.connect_qp(self.qpn, &c))
     }
 
-    /// UD: RESET -> INIT -> RTR -> RTS with the given Q_Key.
-    pub fn ready_ud(&self, qkey: u32, psn: Psn) -> Result<()> {
+    /// UD: RESET -> INIT -> RTR -> RTS with the given Q_Key, sending from
+    /// this QP's first PSN.
+    pub fn ready_ud(&self, qkey: u32) -> Result<()> {
+        let psn = self.psn;
         let mut a = QpAttr { qp_state: QpState::Init, qkey, ..QpAttr::default() };
         self.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)?;
         a.qp_state = QpState::Rtr;

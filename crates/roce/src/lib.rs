@@ -15,12 +15,15 @@ mod capture;
 mod device;
 mod driver;
 mod error;
+/// Batched UDP I/O. Not part of the public API: public only for the
+/// raw-UDP baseline of the `vs_udp` benchmark.
+#[doc(hidden)]
 pub mod udp;
 
 pub use device::*;
 pub use error::{Error, Result};
 pub use roce_proto::{
     Access, AddressVector, AsyncEvent, AttrMask, Counters, MemBuf, PathMtu, QpAttr, QpState, QpType, RecvWr,
-    SendOp, SendWr, Sge, UdDest, Wc, WcOpcode, WcStatus,
+    SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
 };
 pub use roce_wire::Psn;

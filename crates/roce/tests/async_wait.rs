@@ -32,8 +32,8 @@ fn pair(busy: bool) -> (Side, Side) {
     let (x, y) = (side(busy), side(false));
     let (ex, ey) = (x.qp.endpoint(), y.qp.endpoint());
     let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
-    x.qp.connect(&ey, ex.psn, &opts).unwrap();
-    y.qp.connect(&ex, ey.psn, &opts).unwrap();
+    x.qp.connect(&ey, &opts).unwrap();
+    y.qp.connect(&ex, &opts).unwrap();
     (x, y)
 }
 

@@ -25,8 +25,8 @@ fn pair(a: &str, b: &str) -> (Side, Side) {
     let (x, y) = (side(a), side(b));
     let (ex, ey) = (x.qp.endpoint(), y.qp.endpoint());
     let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
-    x.qp.connect(&ey, ex.psn, &opts).unwrap();
-    y.qp.connect(&ex, ey.psn, &opts).unwrap();
+    x.qp.connect(&ey, &opts).unwrap();
+    y.qp.connect(&ex, &opts).unwrap();
     (x, y)
 }
 

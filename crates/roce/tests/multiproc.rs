@@ -94,8 +94,8 @@ fn node(id: u64, bind: &str) -> std::result::Result<(), String> {
     }
     let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
     for peer in 0..n as usize {
-        if let (Some((qp, ep)), Some((rep, _, _))) = (&qps[peer], &remote[peer]) {
-            qp.connect(rep, ep.psn, &opts).map_err(e)?;
+        if let (Some((qp, _)), Some((rep, _, _))) = (&qps[peer], &remote[peer]) {
+            qp.connect(rep, &opts).map_err(e)?;
             // Room for the peer's SEND, in our slot for it.
             qp.post_recv(RecvWr {
                 wr_id: 1000 + peer as u64,
@@ -346,7 +346,7 @@ fn sink(bind: &str) -> std::result::Result<(), String> {
         qpn: f[3].parse().unwrap(),
         psn: Psn::new(f[4].parse().unwrap()),
     };
-    qp.connect(&peer, ep.psn, &ConnectOptions::default()).map_err(e)?;
+    qp.connect(&peer, &ConnectOptions::default()).map_err(e)?;
     println!("CONNECTED");
     std::io::stdout().flush().unwrap();
     // Block until killed (or until the orchestrator closes stdin).
@@ -383,7 +383,7 @@ fn killed_peer(bind: &str) {
     out.read_line(&mut l).unwrap();
     assert_eq!(l.trim(), "CONNECTED");
     let opts = ConnectOptions { timeout: 12, retry_cnt: 3, ..ConnectOptions::default() };
-    qp.connect(&remote, ep.psn, &opts).unwrap();
+    qp.connect(&remote, &opts).unwrap();
     let write = |id| SendWr::new(id, SendOp::Write { remote_addr: raddr, rkey }, vec![mr.sge(0, 65536)]);
     let mut buf = [WC_ZERO; 64];
     let mut ok = 0u64;

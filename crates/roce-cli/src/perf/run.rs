@@ -64,7 +64,7 @@ struct Res {
     qps: Vec<Qp>,
     mrs: Vec<Mr>,
     half: usize,
-    local: Vec<KeyMsg>,
+
     /// Receives posted per QP in the current round.
     recv_posted: Vec<u64>,
 }
@@ -403,7 +403,7 @@ impl Side for RdmaSide {
                     1
                 },
                 qpn: qp.qpn(),
-                psn: self.dev.random_psn().value(),
+                psn: qp.endpoint().psn.value(),
                 rkey: mr.rkey(),
                 vaddr: mr.addr() + half as u64,
                 gid,
@@ -413,7 +413,7 @@ impl Side for RdmaSide {
             mrs.push(mr);
         }
         let recv_posted = vec![0; c.qps];
-        self.res = Some(Res { _pd: pd, scq, rcq, qps, mrs, half, local: local.clone(), recv_posted });
+        self.res = Some(Res { _pd: pd, scq, rcq, qps, mrs, half, recv_posted });
         Ok(local)
     }
 
@@ -476,7 +476,7 @@ impl Side for RdmaSide {
                 max_dest_rd_atomic: self.conf.out_reads,
                 ..ConnectOptions::default()
             };
-            res.qps[i].connect(&ep, Psn::new(res.local[i].psn), &opts)?;
+            res.qps[i].connect(&ep, &opts)?;
         }
         Ok(())
     }
