@@ -42,9 +42,15 @@ fn pattern(from: u64, to: u64, kind: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-fn node(id: u64, bind: &str) -> std::result::Result<(), String> {
+/// A node: `gso` off on an impaired link, so that nftables and HTB judge
+/// every datagram on its own, as a lossy wire does (veth carries a GSO
+/// send as one unsegmented packet, which would be dropped or delayed
+/// whole).
+fn node(id: u64, bind: &str, gso: bool) -> std::result::Result<(), String> {
     let e = |x: roce::Error| x.to_string();
-    let dev = Device::open(DeviceConfig::new(bind.parse().unwrap())).map_err(e)?;
+    let mut cfg = DeviceConfig::new(bind.parse().unwrap());
+    cfg.gso = gso;
+    let dev = Device::open(cfg).map_err(e)?;
     let pd = dev.alloc_pd().map_err(e)?;
     let cq = dev.create_cq(4096).map_err(e)?;
     let mr = pd.reg_mr(MemBuf::new(TOTAL as usize), Access::ALL).map_err(e)?;
@@ -280,8 +286,9 @@ fn run_cluster_in(places: &[(Option<String>, String)]) -> u64 {
                 }
                 None => Command::new(&exe),
             };
+            let gso = if ns.is_some() { "per-datagram" } else { "gso" };
             let mut child = cmd
-                .args(["node", &i.to_string(), bind])
+                .args(["node", &i.to_string(), bind, gso])
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
@@ -441,7 +448,7 @@ fn main() {
     }
     if args.get(1).map(String::as_str) == Some("node") {
         let id: u64 = args[2].parse().unwrap();
-        match node(id, &args[3]) {
+        match node(id, &args[3], args.get(4).map(String::as_str) != Some("per-datagram")) {
             Ok(()) => std::process::exit(0),
             Err(e) => {
                 eprintln!("node {id}: {e}");
