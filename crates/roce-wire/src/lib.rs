@@ -9,12 +9,14 @@
 //!
 //! Each header has a view (`Bth<T: AsRef<[u8]>>`, with `new_checked`) and a
 //! `Repr` (`BthRepr::parse` / `emit`); `RocePacketRepr` is the transport
-//! packet and `RoceFrameRepr` the whole frame. `EncapRepr` is the IP/UDP
+//! packet (`Display` prints it on one line, as `roce pcap decode` does) and
+//! `RoceFrameRepr` the whole frame. `EncapRepr` is the IP/UDP
 //! encapsulation of a datagram: its headers, the ICRC they give, the frame
 //! around it. Every malformation is a [`WireError`]; nothing here panics on
 //! input bytes.
 #![forbid(unsafe_code)]
 
+mod display;
 mod field;
 mod view;
 
