@@ -23,7 +23,7 @@ use roce_wire::ipv4::Ipv4Packet;
 use roce_wire::ipv6::Ipv6Packet;
 use roce_wire::opcode;
 use roce_wire::pcap::{PcapError, PcapReader, Record};
-use roce_wire::{icrc, packet, ExtHeaders, ParseOptions, RoceFrameRepr, WireError, ROCE_PORT};
+use roce_wire::{icrc, packet, BthRepr, ExtHeaders, ParseOptions, RoceFrameRepr, WireError, ROCE_PORT};
 use serde::Serialize;
 
 /// Path MTUs defined by IBTA (vol. 1 §9.7.5.1: 256 .. 4096 bytes).
@@ -103,6 +103,13 @@ pub struct FrameReport {
     pub ecn: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bth: Option<BthInfo>,
+    /// The BTH as text (`BthRepr`'s `Display`).
+    #[serde(skip)]
+    bth_text: Option<String>,
+    /// What follows the BTH in `RocePacketRepr`'s `Display` (extension
+    /// headers, payload length); absent when only the BTH could be read.
+    #[serde(skip)]
+    after_bth_text: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub headers: Option<Headers>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -327,6 +334,8 @@ impl Decoder {
             vlan: None,
             ecn: None,
             bth: None,
+            bth_text: None,
+            after_bth_text: None,
             headers: None,
             payload_len: None,
             pad: None,
@@ -394,24 +403,19 @@ impl Decoder {
         match shown {
             Some(repr) => {
                 let p = &repr.packet;
-                let name = opcode::lookup(p.bth.opcode).map_or("?", |i| i.name);
-                r.bth = Some(BthInfo {
-                    opcode: p.bth.opcode,
-                    opcode_name: name.to_string(),
-                    dest_qp: p.bth.dest_qp,
-                    psn: p.bth.psn.value(),
-                    ack_req: p.bth.ack_req,
-                    solicited: p.bth.solicited,
-                    mig_req: p.bth.mig_req,
-                    pkey: p.bth.pkey,
-                    fecn: p.bth.fecn,
-                    becn: p.bth.becn,
-                });
+                r.bth = Some(bth_info(&p.bth));
+                r.bth_text = Some(p.bth.to_string());
+                r.after_bth_text = Some(p.display_after_bth().to_string());
                 r.headers = Some(headers(&p.ext));
                 r.payload_len = Some(p.payload.len());
                 r.pad = Some(packet::pad_for(p.payload.len()));
             }
-            None => r.bth = raw_bth(loc.transport),
+            None => {
+                if let Some(b) = raw_bth(loc.transport) {
+                    r.bth = Some(bth_info(&b));
+                    r.bth_text = Some(b.to_string());
+                }
+            }
         }
         if let Some(Some(e)) = icrc_err {
             r.errors.push(Fault::from(&e));
@@ -419,23 +423,38 @@ impl Decoder {
     }
 }
 
-/// BTH fields read straight from the bytes, for a packet that does not parse.
-fn raw_bth(transport: &[u8]) -> Option<BthInfo> {
+/// BTH fields read straight from the bytes, unchecked, for a packet that
+/// does not parse.
+fn raw_bth(transport: &[u8]) -> Option<BthRepr> {
     let b = Bth::new_checked(transport.get(..roce_wire::bth::HEADER_LEN)?).ok()?;
-    let code = b.opcode();
-    Some(BthInfo {
-        opcode: code,
-        opcode_name: opcode::lookup(code)
-            .map_or_else(|| format!("UNKNOWN_0x{code:02x}"), |i| i.name.to_string()),
-        dest_qp: b.dest_qp(),
-        psn: b.psn().value(),
-        ack_req: b.ack_req(),
+    Some(BthRepr {
+        opcode: b.opcode(),
         solicited: b.solicited(),
         mig_req: b.mig_req(),
         pkey: b.pkey(),
         fecn: b.fecn(),
         becn: b.becn(),
+        dest_qp: b.dest_qp(),
+        ack_req: b.ack_req(),
+        psn: b.psn(),
     })
+}
+
+fn bth_info(b: &BthRepr) -> BthInfo {
+    let code = b.opcode;
+    BthInfo {
+        opcode: code,
+        opcode_name: opcode::lookup(code)
+            .map_or_else(|| format!("UNKNOWN_0x{code:02x}"), |i| i.name.to_string()),
+        dest_qp: b.dest_qp,
+        psn: b.psn.value(),
+        ack_req: b.ack_req,
+        solicited: b.solicited,
+        mig_req: b.mig_req,
+        pkey: b.pkey,
+        fecn: b.fecn,
+        becn: b.becn,
+    }
 }
 
 fn headers(ext: &ExtHeaders) -> Headers {
@@ -536,68 +555,16 @@ pub fn format_line(r: &FrameReport) -> String {
         let _ = write!(s, "not RoCE: {}", r.protocol.as_deref().unwrap_or("?"));
         return s;
     }
-    if let Some(b) = &r.bth {
-        let _ =
-            write!(s, "{} qpn=0x{:06x} psn={} A={}", b.opcode_name, b.dest_qp, b.psn, u8::from(b.ack_req));
-        if b.solicited {
-            s.push_str(" SE");
-        }
-        if b.mig_req {
-            s.push_str(" M");
-        }
-        if b.pkey != roce_wire::bth::DEFAULT_PKEY {
-            let _ = write!(s, " pkey=0x{:04x}", b.pkey);
-        }
-        if b.fecn {
-            s.push_str(" FECN");
-        }
-        if b.becn {
-            s.push_str(" BECN");
-        }
-    } else {
-        s.push_str("RoCE (transport headers not decoded)");
-    }
+    // The transport packet as roce-wire prints it, with ECN and VLAN right
+    // after the BTH.
+    s.push_str(r.bth_text.as_deref().unwrap_or("RoCE (transport headers not decoded)"));
     if let Some(e) = r.ecn.filter(|&e| e != 0) {
         let _ = write!(s, " ECN={}", ECN_NAMES[usize::from(e & 3)]);
     }
     if let Some(v) = r.vlan {
         let _ = write!(s, " vlan={} pcp={}", v.vid, v.pcp);
     }
-    if let Some(h) = &r.headers {
-        if let Some(d) = h.deth {
-            let _ = write!(s, " DETH(qkey=0x{:08x} srcqp=0x{:06x})", d.qkey, d.src_qp);
-        }
-        if let Some(f) = h.feth {
-            let _ = write!(s, " FETH(sel={} placement={})", f.selectivity, f.placement);
-        }
-        if let Some(x) = h.reth {
-            let _ = write!(s, " RETH(va=0x{:x} rkey=0x{:08x} len={})", x.va, x.rkey, x.dma_len);
-        }
-        if let Some(a) = h.atomic_eth {
-            let _ = write!(
-                s,
-                " AtomicETH(va=0x{:x} rkey=0x{:08x} swap_add=0x{:x} cmp=0x{:x})",
-                a.va, a.rkey, a.swap_add, a.compare
-            );
-        }
-        if let Some(a) = &h.aeth {
-            let _ = write!(s, " AETH({} msn={})", a.meaning, a.msn);
-        }
-        if let Some(a) = h.atomic_ack {
-            let _ = write!(s, " AtomicAckETH(orig=0x{:x})", a.orig);
-        }
-        if let Some(i) = h.imm {
-            let _ = write!(s, " ImmDt(0x{i:08x})");
-        }
-        if let Some(i) = h.ieth {
-            let _ = write!(s, " IETH(rkey=0x{:08x})", i.rkey);
-        }
-    }
-    // payload-less opcodes (ACK, READ request, atomics, CNP) show none
-    let carries_payload = r.bth.as_ref().and_then(|b| opcode::lookup(b.opcode)).is_none_or(|i| i.payload);
-    if let Some(n) = r.payload_len.filter(|_| carries_payload) {
-        let _ = write!(s, " payload={n}");
-    }
+    s.push_str(r.after_bth_text.as_deref().unwrap_or(""));
     match &r.icrc {
         Some(i) if i.ok => s.push_str(" icrc=ok"),
         Some(_) => s.push_str(" icrc=BAD"),

@@ -19,7 +19,7 @@
 
 use core::net::IpAddr;
 
-use roce_wire::icrc::{self, NetHeader};
+use roce_wire::EncapRepr;
 
 /// Where a datagram came from / goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -32,6 +32,26 @@ pub struct DatagramMeta {
     pub ecn: u8,
     /// IPv4 Identification, if the driver knows it (see module docs).
     pub ipv4_id: Option<u16>,
+}
+
+impl DatagramMeta {
+    /// The IP and UDP headers the datagram travels in, as far as the ICRC
+    /// sees them: addresses, ports and the IPv4 Identification (0 when not
+    /// known). The fields the ICRC masks (TOS, TTL, flow label, UDP
+    /// checksum) are left 0; a caller that knows them sets them.
+    pub fn encap(&self) -> EncapRepr {
+        EncapRepr {
+            src: self.src,
+            dst: self.dst,
+            src_port: self.src_port,
+            dst_port: self.dst_port,
+            ident: self.ipv4_id.unwrap_or(0),
+            tos: 0,
+            ttl: 0,
+            flow_label: 0,
+            udp_checksum: false,
+        }
+    }
 }
 
 /// What the ICRC check of a received datagram found.
@@ -87,44 +107,5 @@ impl Transmit {
 /// `body` (BTH through pad). `None` if the addresses mix IPv4 and IPv6 or
 /// the datagram is too long for IP.
 pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
-    let (hdr, hlen, net) = ip_udp_header(meta, body.len() + icrc::ICRC_LEN)?;
-    Some(icrc::compute_split(&hdr[..hlen], body, net))
-}
-
-/// The IP and UDP headers a datagram travels in, as the ICRC sees them.
-/// Returns the bytes, their length and the header kind.
-pub(crate) fn ip_udp_header(
-    meta: &DatagramMeta,
-    transport_len: usize,
-) -> Option<([u8; 48], usize, NetHeader)> {
-    let mut h = [0u8; 48];
-    let udp_len = 8 + transport_len;
-    let (ip_len, net) = match (meta.src, meta.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let total = u16::try_from(20 + udp_len).ok()?;
-            h[0] = 0x45;
-            h[2..4].copy_from_slice(&total.to_be_bytes());
-            h[4..6].copy_from_slice(&meta.ipv4_id.unwrap_or(0).to_be_bytes());
-            h[6] = 0x40; // DF
-            h[9] = 17;
-            h[12..16].copy_from_slice(&s.octets());
-            h[16..20].copy_from_slice(&d.octets());
-            (20, NetHeader::Ipv4)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let plen = u16::try_from(udp_len).ok()?;
-            h[0] = 0x60;
-            h[4..6].copy_from_slice(&plen.to_be_bytes());
-            h[6] = 17;
-            h[8..24].copy_from_slice(&s.octets());
-            h[24..40].copy_from_slice(&d.octets());
-            (40, NetHeader::Ipv6)
-        }
-        _ => return None,
-    };
-    let u = &mut h[ip_len..ip_len + 8];
-    u[0..2].copy_from_slice(&meta.src_port.to_be_bytes());
-    u[2..4].copy_from_slice(&meta.dst_port.to_be_bytes());
-    u[4..6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    Some((h, ip_len + 8, net))
+    meta.encap().icrc(body).ok()
 }

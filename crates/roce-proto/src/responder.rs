@@ -699,14 +699,19 @@ impl Responder {
 fn ud_grh(meta: &DatagramMeta, payload_len: usize) -> [u8; 40] {
     let mut g = [0u8; 40];
     let transport_len = 12 + 8 + payload_len + roce_wire::packet::pad_for(payload_len) + 4;
-    if let Some((hdr, _, net)) = crate::datagram::ip_udp_header(meta, transport_len) {
-        match net {
-            roce_wire::NetHeader::Ipv4 => g[20..40].copy_from_slice(&hdr[..20]),
-            _ => g.copy_from_slice(&hdr[..40]),
+    let mut hdr = [0u8; roce_wire::encap::MAX_HEADER_LEN];
+    match meta.encap().emit_ip_udp(&mut hdr, transport_len) {
+        Ok((_, roce_wire::NetHeader::Ipv4)) => {
+            g[20..40].copy_from_slice(&hdr[..20]);
+            // TOS and TTL are not known here (left 0), so this is not the
+            // header the packet came with: no checksum vouches for it.
+            g[20 + roce_wire::ipv4::field::CHECKSUM..][..2].fill(0);
         }
-    } else {
-        g[8..24].copy_from_slice(&gid_to_bytes(meta.src));
-        g[24..40].copy_from_slice(&gid_to_bytes(meta.dst));
+        Ok(_) => g.copy_from_slice(&hdr[..40]),
+        Err(_) => {
+            g[8..24].copy_from_slice(&gid_to_bytes(meta.src));
+            g[24..40].copy_from_slice(&gid_to_bytes(meta.dst));
+        }
     }
     g
 }

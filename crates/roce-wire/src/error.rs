@@ -1,5 +1,7 @@
 //! Every way a frame can fail to be a well-formed RoCEv2 packet, as one typed enum.
 
+use core::net::IpAddr;
+
 use thiserror::Error;
 
 /// Which header a length error is about.
@@ -115,6 +117,8 @@ pub enum WireError {
     BufferTooSmall { need: usize, have: usize },
     #[error("payload of {0} bytes does not fit in one packet")]
     PayloadTooLarge(usize),
+    #[error("source {src} and destination {dst} mix IPv4 and IPv6")]
+    MixedIpFamilies { src: IpAddr, dst: IpAddr },
 }
 
 impl WireError {
@@ -155,6 +159,7 @@ impl WireError {
             WireError::ExtraHeader(_) => "extra_header",
             WireError::BufferTooSmall { .. } => "buffer_too_small",
             WireError::PayloadTooLarge(_) => "payload_too_large",
+            WireError::MixedIpFamilies { .. } => "ip_family_mismatch",
         }
     }
 

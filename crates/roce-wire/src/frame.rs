@@ -56,7 +56,7 @@ impl NetRepr {
             NetRepr::Grh(_) => NetHeader::Grh,
         }
     }
-    fn ethertype(&self) -> u16 {
+    pub(crate) fn ethertype(&self) -> u16 {
         match self {
             NetRepr::Ipv4(..) => ethertype::IPV4,
             NetRepr::Ipv6(..) => ethertype::IPV6,

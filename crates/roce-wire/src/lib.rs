@@ -9,10 +9,14 @@
 //!
 //! Each header has a view (`Bth<T: AsRef<[u8]>>`, with `new_checked`) and a
 //! `Repr` (`BthRepr::parse` / `emit`); `RocePacketRepr` is the transport
-//! packet and `RoceFrameRepr` the whole frame. Every malformation is a
-//! [`WireError`]; nothing here panics on input bytes.
+//! packet (`Display` prints it on one line, as `roce pcap decode` does) and
+//! `RoceFrameRepr` the whole frame. `EncapRepr` is the IP/UDP
+//! encapsulation of a datagram: its headers, the ICRC they give, the frame
+//! around it. Every malformation is a [`WireError`]; nothing here panics on
+//! input bytes.
 #![forbid(unsafe_code)]
 
+mod display;
 mod field;
 mod view;
 
@@ -20,6 +24,7 @@ pub mod aeth;
 pub mod atomic;
 pub mod bth;
 pub mod deth;
+pub mod encap;
 pub mod error;
 pub mod ethernet;
 pub mod ext;
@@ -39,6 +44,7 @@ pub use aeth::{AethRepr, NakCode, Syndrome};
 pub use atomic::AtomicEthRepr;
 pub use bth::BthRepr;
 pub use deth::DethRepr;
+pub use encap::EncapRepr;
 pub use error::{Header, WireError};
 pub use ethernet::{EthernetRepr, VlanTag};
 pub use ext::FethRepr;

@@ -17,9 +17,8 @@ use std::path::Path;
 use std::time::{Duration as StdDuration, SystemTime};
 
 use roce_proto::{DatagramMeta, IcrcCheck, Instant};
-use roce_wire::ethernet::{ethertype, EthernetRepr};
 use roce_wire::pcap::{Direction, PcapError, PcapNgWriter};
-use roce_wire::{udp, Ipv4Repr, Ipv6Repr, UdpRepr};
+use roce_wire::{EncapRepr, EthernetRepr};
 
 use crate::udp::TTL;
 
@@ -121,34 +120,8 @@ fn mac(ip: IpAddr) -> [u8; 6] {
 /// The Ethernet frame carrying `datagram` (a RoCEv2 UDP payload), with a
 /// UDP checksum. `None` if the addresses mix IPv4 and IPv6.
 pub(crate) fn frame(meta: &DatagramMeta, ip: IpFields, datagram: &[u8]) -> Option<Vec<u8>> {
-    let (ethertype, ip_len) = match meta.src {
-        IpAddr::V4(_) => (ethertype::IPV4, 20),
-        IpAddr::V6(_) => (ethertype::IPV6, 40),
-    };
-    let eth = EthernetRepr { dst: mac(meta.dst), src: mac(meta.src), vlan: None, ethertype };
-    let mut f = vec![0u8; 14 + ip_len + 8 + datagram.len()];
-    eth.emit(&mut f);
-    let udp_len = 8 + datagram.len();
-    let addrs = match (meta.src, meta.dst) {
-        (IpAddr::V4(src), IpAddr::V4(dst)) => {
-            let ident = meta.ipv4_id.unwrap_or(0);
-            Ipv4Repr { src, dst, tos: ip.tos, ident, dont_frag: true, ttl: ip.ttl }
-                .emit(&mut f[14..], udp_len);
-            14 + 12..14 + 20
-        }
-        (IpAddr::V6(src), IpAddr::V6(dst)) => {
-            let repr =
-                Ipv6Repr { src, dst, traffic_class: ip.tos, flow_label: ip.flow_label, hop_limit: ip.ttl };
-            repr.emit(&mut f[14..], udp_len);
-            14 + 8..14 + 40
-        }
-        _ => return None,
-    };
-    let at = 14 + ip_len;
-    UdpRepr { src_port: meta.src_port, dst_port: meta.dst_port, checksum: true }
-        .emit(&mut f[at..], datagram.len());
-    f[at + 8..].copy_from_slice(datagram);
-    let sum = udp::checksum(&f[addrs], &f[at..]);
-    f[at + 6..at + 8].copy_from_slice(&sum.to_be_bytes());
-    Some(f)
+    let encap =
+        EncapRepr { tos: ip.tos, ttl: ip.ttl, flow_label: ip.flow_label, udp_checksum: true, ..meta.encap() };
+    let eth = EthernetRepr { dst: mac(meta.dst), src: mac(meta.src), ..EthernetRepr::default() };
+    encap.frame_to_vec(&eth, datagram).ok()
 }

@@ -8,9 +8,9 @@
 use std::io::Write;
 use std::net::IpAddr;
 
-use roce_wire::ethernet::{self, ethertype, EthernetRepr, Mac};
+use roce_wire::ethernet::{EthernetRepr, Mac};
 use roce_wire::pcap::{PcapError, PcapWriter};
-use roce_wire::{ipv4, ipv6, udp, Ipv4Repr, Ipv6Repr, UdpRepr};
+use roce_wire::EncapRepr;
 
 use super::trace::TraceRecord;
 use super::HostId;
@@ -21,49 +21,28 @@ pub fn host_mac(h: HostId) -> Mac {
     [0x02, 0x52, b[0], b[1], b[2], b[3]]
 }
 
-/// The Ethernet frame of a trace record.
+/// The Ethernet frame of a trace record. Addresses of two families (which
+/// no simulated host has) are both written as IPv6.
 pub fn frame(rec: &TraceRecord) -> Vec<u8> {
     let m = &rec.meta;
-    let v4 = match (m.src, m.dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => Some((s, d)),
-        _ => None,
+    let (src, dst) = match (m.src, m.dst) {
+        (s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
+        (s, d) => (to_v6(s).into(), to_v6(d).into()),
     };
-    let ip_len = if v4.is_some() { ipv4::HEADER_LEN } else { ipv6::HEADER_LEN };
-    let udp_len = udp::HEADER_LEN + rec.bytes.len();
+    let encap = EncapRepr {
+        src,
+        dst,
+        tos: rec.traffic_class,
+        ttl: rec.hop_limit,
+        flow_label: rec.flow_label,
+        ..m.encap()
+    };
     let eth = EthernetRepr {
         dst: rec.to.map_or([0xff; 6], host_mac),
         src: host_mac(rec.from),
-        vlan: None,
-        ethertype: if v4.is_some() { ethertype::IPV4 } else { ethertype::IPV6 },
+        ..EthernetRepr::default()
     };
-    let eh = eth.header_len();
-    let mut f = vec![0u8; eh + ip_len + udp_len];
-    eth.emit(&mut f);
-    match v4 {
-        Some((src, dst)) => Ipv4Repr {
-            src,
-            dst,
-            tos: rec.traffic_class,
-            ident: m.ipv4_id.unwrap_or(0),
-            dont_frag: true,
-            ttl: rec.hop_limit,
-        }
-        .emit(&mut f[eh..], udp_len),
-        None => Ipv6Repr {
-            src: to_v6(m.src),
-            dst: to_v6(m.dst),
-            traffic_class: rec.traffic_class,
-            flow_label: rec.flow_label,
-            hop_limit: rec.hop_limit,
-        }
-        .emit(&mut f[eh..], udp_len),
-    }
-    let u = eh + ip_len;
-    UdpRepr { src_port: m.src_port, dst_port: m.dst_port, checksum: false }
-        .emit(&mut f[u..], rec.bytes.len());
-    f[u + udp::HEADER_LEN..].copy_from_slice(&rec.bytes);
-    debug_assert_eq!(ethernet::HEADER_LEN, eh);
-    f
+    encap.frame_to_vec(&eth, &rec.bytes).expect("datagrams of one path MTU fit in an IP packet")
 }
 
 fn to_v6(a: IpAddr) -> std::net::Ipv6Addr {

@@ -55,7 +55,8 @@ pub struct TraceRecord {
     pub bytes: Vec<u8>,
 }
 
-/// One line for a record: times, hosts, fate and the decoded headers.
+/// One line for a record: times, hosts, fate and the transport packet as
+/// `roce pcap decode` prints it (`RocePacketRepr`'s `Display`).
 pub fn describe(r: &TraceRecord) -> String {
     let fate = match r.fate {
         Fate::Delivered => String::new(),
@@ -65,39 +66,7 @@ pub fn describe(r: &TraceRecord) -> String {
     };
     let arrive = r.arrive.map_or("-".to_string(), |t| t.0.to_string());
     let what = match roce_wire::RocePacketRepr::parse(&r.bytes) {
-        Ok(p) => {
-            let e = &p.ext;
-            let mut s = format!(
-                "op {:#04x} qp {:#08x} psn {:#08x}{} len {}",
-                p.bth.opcode,
-                p.bth.dest_qp,
-                p.bth.psn.value(),
-                if p.bth.ack_req { " A" } else { "" },
-                p.payload.len()
-            );
-            if let Some(a) = e.aeth {
-                s += &format!(" {:?} msn {}", a.syndrome, a.msn);
-            }
-            if let Some(x) = e.reth {
-                s += &format!(" reth va {:#x} rkey {:#x} len {}", x.va, x.rkey, x.dma_len);
-            }
-            if let Some(x) = e.atomic_eth {
-                s += &format!(" atomic va {:#x} rkey {:#x}", x.va, x.rkey);
-            }
-            if let Some(x) = e.atomic_ack {
-                s += &format!(" orig {x:#x}");
-            }
-            if let Some(x) = e.imm {
-                s += &format!(" imm {x:#x}");
-            }
-            if let Some(x) = e.ieth {
-                s += &format!(" inv {x:#x}");
-            }
-            if let Some(x) = e.deth {
-                s += &format!(" qkey {:#x} src_qp {:#x}", x.qkey, x.src_qp);
-            }
-            s
-        }
+        Ok(p) => p.to_string(),
         Err(e) => format!("({e})"),
     };
     format!(
@@ -238,6 +207,59 @@ impl Trace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use roce_wire::{AethRepr, BthRepr, ExtHeaders, Psn, RocePacketRepr, Syndrome};
+
+    #[test]
+    fn describe_prints_the_packet_as_pcap_decode_does() {
+        let ack = RocePacketRepr {
+            bth: BthRepr {
+                opcode: 0x11,
+                solicited: false,
+                mig_req: false,
+                pkey: 0xffff,
+                fecn: false,
+                becn: false,
+                dest_qp: 0x12,
+                ack_req: false,
+                psn: Psn::new(77),
+            },
+            ext: ExtHeaders {
+                aeth: Some(AethRepr { syndrome: Syndrome::Ack { credits: 31 }, msn: 3 }),
+                ..ExtHeaders::default()
+            },
+            payload: &[],
+        };
+        let mut bytes = vec![0; ack.buffer_len().unwrap()];
+        ack.emit(&mut bytes).unwrap();
+        let ip = "10.0.0.1".parse().unwrap();
+        let mut r = TraceRecord {
+            index: 4,
+            sent: Instant(1000),
+            arrive: None,
+            from: 1,
+            to: Some(0),
+            copy: 0,
+            fate: Fate::Lost,
+            meta: DatagramMeta {
+                src: ip,
+                dst: ip,
+                src_port: 0xc000,
+                dst_port: 4791,
+                ecn: 0,
+                ipv4_id: Some(0),
+            },
+            traffic_class: 0,
+            hop_limit: 64,
+            flow_label: 0,
+            bytes,
+        };
+        assert_eq!(
+            describe(&r),
+            "#4 1000ns->-ns h1->h0 LOST RC_ACKNOWLEDGE qpn=0x000012 psn=77 A=0 AETH(ACK(credits=31) msn=3)"
+        );
+        r.bytes.truncate(8);
+        assert!(describe(&r).starts_with("#4 1000ns->-ns h1->h0 LOST (BTH truncated"), "{}", describe(&r));
+    }
 
     #[test]
     fn fingerprint_sees_every_byte_and_the_length() {
