@@ -585,7 +585,7 @@ impl Responder {
             return;
         };
         let pd = qp.init.pd;
-        let grh = ud_grh(meta, pkt.payload.len());
+        let grh = ud_grh(meta, pkt);
         let total = (grh.len() + pkt.payload.len()) as u64;
         let mut wc = Wc::new(wqe.wr.wr_id, WcStatus::Success, WcOpcode::Recv, qp.qpn);
         wc.src_qp = deth.src_qp;
@@ -696,9 +696,14 @@ impl Responder {
 /// The 40 bytes a UD receive buffer starts with: the GRH (IPv6 header) of the
 /// packet, or for IPv4 20 zero bytes followed by the IPv4 header, as Linux
 /// RoCE devices lay it out.
-fn ud_grh(meta: &DatagramMeta, payload_len: usize) -> [u8; 40] {
+fn ud_grh(meta: &DatagramMeta, pkt: &RocePacketRepr<'_>) -> [u8; 40] {
     let mut g = [0u8; 40];
-    let transport_len = 12 + 8 + payload_len + roce_wire::packet::pad_for(payload_len) + 4;
+    let n = pkt.payload.len();
+    let transport_len = roce_wire::bth::HEADER_LEN
+        + pkt.ext.set().len_bytes()
+        + n
+        + roce_wire::packet::pad_for(n)
+        + roce_wire::icrc::ICRC_LEN;
     let mut hdr = [0u8; roce_wire::encap::MAX_HEADER_LEN];
     match meta.encap().emit_ip_udp(&mut hdr, transport_len) {
         Ok((_, roce_wire::NetHeader::Ipv4)) => {

@@ -502,6 +502,9 @@ fn ud_send_and_qkey() {
     let got = dst.buf.to_vec();
     assert_eq!(&got[40..55], b"hello, datagram");
     assert_eq!(&got[20 + 12..20 + 16], &[10, 0, 0, 1], "IPv4 source in the GRH area");
+    // IPv4 total length: IPv4 + UDP + BTH + DETH + ImmDt + 15 + pad 1 + ICRC.
+    let total = u16::from_be_bytes([got[22], got[23]]);
+    assert_eq!(total, 20 + 8 + 12 + 8 + 4 + 15 + 1 + 4, "the GRH area's IPv4 length counts the ImmDt");
     assert_eq!(p.e[B].counters().qkey_violation_dropped, 1);
 }
 

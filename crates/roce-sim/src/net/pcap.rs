@@ -23,7 +23,7 @@ pub fn host_mac(h: HostId) -> Mac {
 
 /// The Ethernet frame of a trace record. Addresses of two families (which
 /// no simulated host has) are both written as IPv6.
-pub fn frame(rec: &TraceRecord) -> Vec<u8> {
+pub fn frame(rec: &TraceRecord) -> Option<Vec<u8>> {
     let m = &rec.meta;
     let (src, dst) = match (m.src, m.dst) {
         (s @ IpAddr::V4(_), d @ IpAddr::V4(_)) => (s, d),
@@ -42,7 +42,8 @@ pub fn frame(rec: &TraceRecord) -> Vec<u8> {
         src: host_mac(rec.from),
         ..EthernetRepr::default()
     };
-    encap.frame_to_vec(&eth, &rec.bytes).expect("datagrams of one path MTU fit in an IP packet")
+    // `None` only for a datagram too long for IP, which no path MTU gives.
+    encap.frame_to_vec(&eth, &rec.bytes).ok()
 }
 
 fn to_v6(a: IpAddr) -> std::net::Ipv6Addr {
@@ -60,7 +61,9 @@ pub fn write_pcap<'a, W: Write>(
 ) -> Result<W, PcapError> {
     let mut w = PcapWriter::new(out)?;
     for r in records {
-        w.write(std::time::Duration::from_nanos(r.sent.0), &frame(r))?;
+        if let Some(f) = frame(r) {
+            w.write(std::time::Duration::from_nanos(r.sent.0), &f)?;
+        }
     }
     w.finish()
 }
