@@ -34,6 +34,7 @@ use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 
 use crate::counters::Counters;
 use crate::cq::Cq;
+use crate::mem::EngineId;
 use crate::mr::{sge_total, Mr, MrTable};
 use crate::qp::{self, InlineData, Qp, RecvWqe, SendWqe};
 use crate::time::Instant;
@@ -220,7 +221,7 @@ impl Engine {
             res: Res {
                 cfg,
                 pds: BTreeMap::new(),
-                mrs: MrTable::default(),
+                mrs: MrTable::new(EngineId::fresh()),
                 cqs: BTreeMap::new(),
                 srqs: BTreeMap::new(),
                 counters: Counters::default(),
@@ -286,7 +287,9 @@ impl Engine {
     }
 
     /// Registers memory (`ibv_reg_mr`). Remote Write or Remote Atomic
-    /// require Local Write (IBTA §10.6.3.1, C10-52).
+    /// require Local Write (IBTA §10.6.3.1, C10-52). A buffer serves one
+    /// engine at a time: registering one that another engine's regions use
+    /// fails with [`VerbsError::BufferOnOtherDevice`] (see [`MemBuf`](crate::MemBuf)).
     pub fn reg_mr(&mut self, pd: PdId, spec: MrSpec) -> Result<MrKeys, VerbsError> {
         if !self.res.pds.contains_key(&pd.0) {
             return Err(VerbsError::NotFound("PD"));
@@ -311,6 +314,8 @@ impl Engine {
         if iova.checked_add(spec.length as u64).is_none() {
             return Err(VerbsError::Invalid("iova + length overflows"));
         }
+        // Bound before the keys are drawn: a refusal leaves no trace.
+        let buf = self.res.mrs.bind(spec.buf)?;
         let lkey = self.fresh_key();
         let rkey = loop {
             let k = self.fresh_key();
@@ -320,7 +325,7 @@ impl Engine {
         };
         self.res.mrs.insert(Mr {
             pd,
-            buf: spec.buf,
+            buf,
             offset: spec.offset,
             length: spec.length,
             iova,

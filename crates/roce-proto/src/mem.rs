@@ -24,15 +24,21 @@
 //!   aligned offset is an aligned address.
 //! * Concurrent plain copies to overlapping bytes from two threads are a data
 //!   race, exactly as in RDMA (the verbs contract: the application must not
-//!   touch a buffer while a work request using it is outstanding). Within
-//!   this crate the engine is single-threaded; drivers that run the engine on
-//!   another thread than the application inherit the verbs contract, which
-//!   the `roce` crate documents on its memory API.
+//!   touch a buffer while a work request using it is outstanding). The NIC
+//!   reaches a buffer only through a `NicBuf`, the binding of the buffer to
+//!   one engine, held by that engine's MR records; a buffer is bound to at
+//!   most one engine at a time, and an engine accesses it only inside its
+//!   `&mut self` methods, so the NICs' accesses are sequential. Drivers that
+//!   run the engine on another thread than the application inherit the
+//!   verbs contract, which the `roce` crate documents on its memory API.
 
+use core::num::NonZeroU64;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Arc;
+
+use crate::verbs::VerbsError;
 
 /// Page size used for alignment.
 pub const PAGE_SIZE: usize = 4096;
@@ -53,6 +59,10 @@ pub struct MemBuf {
     ptr: NonNull<u8>,
     len: usize,
     layout: Layout,
+    /// The engine whose regions use the buffer (`EngineId`), 0 if none.
+    owner: AtomicU64,
+    /// How many regions of that engine use it.
+    regs: AtomicUsize,
 }
 
 // SAFETY: MemBuf owns its allocation; all access goes through methods that
@@ -81,7 +91,7 @@ impl MemBuf {
             // A kernel without THP returns an error, which is harmless.
             unsafe { libc::madvise(ptr.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
         }
-        Arc::new(MemBuf { ptr, len, layout })
+        Arc::new(MemBuf { ptr, len, layout, owner: AtomicU64::new(0), regs: AtomicUsize::new(0) })
     }
 
     /// Allocates a buffer holding a copy of `data`.
@@ -179,6 +189,30 @@ impl MemBuf {
         self.atomic(offset)?.store(v, Ordering::SeqCst);
         Ok(())
     }
+
+    /// Binds the buffer to `engine` for one more of its regions. Fails if
+    /// another engine has it.
+    fn bind(&self, engine: EngineId) -> Result<(), VerbsError> {
+        let id = engine.0.get();
+        // Acquire: the previous engine's accesses happen before ours (its
+        // `release` stored 0 with Release).
+        match self.owner.compare_exchange(0, id, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => {}
+            Err(cur) if cur == id => {}
+            Err(_) => return Err(VerbsError::BufferOnOtherDevice),
+        }
+        // Only the owner changes the count, inside its `&mut` calls.
+        self.regs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends one region's binding; the last one frees the buffer for
+    /// another engine.
+    fn release(&self) {
+        if self.regs.fetch_sub(1, Ordering::Relaxed) == 1 {
+            self.owner.store(0, Ordering::Release);
+        }
+    }
 }
 
 impl Drop for MemBuf {
@@ -191,6 +225,68 @@ impl Drop for MemBuf {
 impl core::fmt::Debug for MemBuf {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "MemBuf({} bytes @ {:#x})", self.len, self.addr())
+    }
+}
+
+/// Identifies one engine, for binding buffers: unique in the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EngineId(NonZeroU64);
+
+impl EngineId {
+    /// A number no other engine of this process had.
+    pub(crate) fn fresh() -> EngineId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1))
+            .expect("2^64 engines created");
+        EngineId(NonZeroU64::new(id).expect("starts at 1, never wraps"))
+    }
+}
+
+/// A buffer as one region of one engine sees it: the NIC's way to the
+/// bytes. Exists only in the engine's MR records (not `Clone`), and its
+/// methods are called only inside the engine's `&mut self` methods, so one
+/// engine's accesses are sequential and no two engines access a buffer.
+#[derive(Debug)]
+pub(crate) struct NicBuf {
+    buf: Arc<MemBuf>,
+}
+
+impl NicBuf {
+    /// Binds `buf` to `engine` for one region; fails if another engine has
+    /// it. Dropping the `NicBuf` ends the binding.
+    pub(crate) fn bind(buf: Arc<MemBuf>, engine: EngineId) -> Result<NicBuf, VerbsError> {
+        buf.bind(engine)?;
+        Ok(NicBuf { buf })
+    }
+
+    #[inline]
+    pub(crate) fn nic_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfBounds> {
+        self.buf.read(offset, dst)
+    }
+
+    #[inline]
+    pub(crate) fn nic_write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
+        self.buf.write(offset, src)
+    }
+
+    pub(crate) fn nic_compare_swap(
+        &self,
+        offset: usize,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, OutOfBounds> {
+        self.buf.compare_swap(offset, compare, swap)
+    }
+
+    pub(crate) fn nic_fetch_add(&self, offset: usize, add: u64) -> Result<u64, OutOfBounds> {
+        self.buf.fetch_add(offset, add)
+    }
+}
+
+impl Drop for NicBuf {
+    fn drop(&mut self) {
+        self.buf.release();
     }
 }
 
@@ -224,5 +320,22 @@ mod tests {
         assert_eq!(b.len(), 3 << 20);
         b.write((3 << 20) - 1, &[1]).unwrap();
         assert!(b.write(3 << 20, &[1]).is_err());
+    }
+
+    #[test]
+    fn one_engine_at_a_time() {
+        let (x, y) = (EngineId::fresh(), EngineId::fresh());
+        assert_ne!(x, y);
+        let b = MemBuf::new(64);
+        let r1 = NicBuf::bind(b.clone(), x).unwrap();
+        let r2 = NicBuf::bind(b.clone(), x).unwrap();
+        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), VerbsError::BufferOnOtherDevice);
+        drop(r1);
+        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), VerbsError::BufferOnOtherDevice);
+        drop(r2);
+        let r3 = NicBuf::bind(b.clone(), y).unwrap();
+        r3.nic_write(0, &[7; 8]).unwrap();
+        assert_eq!(r3.nic_fetch_add(0, 1).unwrap(), 0x0707_0707_0707_0707);
+        assert_eq!(NicBuf::bind(b, x).unwrap_err(), VerbsError::BufferOnOtherDevice);
     }
 }

@@ -5,14 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::mem::MemBuf;
-use crate::verbs::{Access, PdId, Sge};
+use crate::mem::{EngineId, MemBuf, NicBuf};
+use crate::verbs::{Access, PdId, Sge, VerbsError};
 
-/// A registered region.
-#[derive(Debug, Clone)]
+/// A registered region. It holds its buffer's binding to this engine (see
+/// `mem`), which ends when the record is dropped: deregistration or the
+/// engine's end. Not `Clone`, so the binding cannot outlive the record.
+#[derive(Debug)]
 pub(crate) struct Mr {
     pub pd: PdId,
-    pub buf: Arc<MemBuf>,
+    pub buf: NicBuf,
     /// Offset of the region in `buf`.
     pub offset: usize,
     pub length: usize,
@@ -43,13 +45,25 @@ pub(crate) enum LocalError {
     Length,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MrTable {
+    /// The engine the table belongs to, to which it binds buffers.
+    engine: EngineId,
     by_lkey: BTreeMap<u32, Mr>,
     rkey_to_lkey: BTreeMap<u32, u32>,
 }
 
 impl MrTable {
+    pub fn new(engine: EngineId) -> MrTable {
+        MrTable { engine, by_lkey: BTreeMap::new(), rkey_to_lkey: BTreeMap::new() }
+    }
+
+    /// Binds `buf` to this engine for a new region; fails if another engine
+    /// has it.
+    pub fn bind(&self, buf: Arc<MemBuf>) -> Result<NicBuf, VerbsError> {
+        NicBuf::bind(buf, self.engine)
+    }
+
     pub fn contains_key(&self, key: u32) -> bool {
         self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
     }
@@ -77,14 +91,7 @@ impl MrTable {
 
     /// Resolves a remote access: R_Key valid and in `pd`, access right
     /// granted, `[va, va+len)` inside the region. Returns the buffer and offset.
-    pub fn remote(
-        &self,
-        rkey: u32,
-        pd: PdId,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<(&Arc<MemBuf>, usize)> {
+    pub fn remote(&self, rkey: u32, pd: PdId, va: u64, len: u64, need: Access) -> Option<(&NicBuf, usize)> {
         let mr = self.by_rkey(rkey, pd)?;
         if !mr.access.contains(need) {
             return None;
@@ -106,7 +113,7 @@ impl MrTable {
         }
     }
 
-    fn local(&self, sge: &Sge, pd: PdId, need: Access) -> Result<(&Arc<MemBuf>, usize), LocalError> {
+    fn local(&self, sge: &Sge, pd: PdId, need: Access) -> Result<(&NicBuf, usize), LocalError> {
         let mr = self.by_lkey.get(&sge.lkey).ok_or(LocalError::Protection)?;
         if !mr.valid || mr.pd != pd || !mr.access.contains(need) {
             return Err(LocalError::Protection);
@@ -130,7 +137,8 @@ impl MrTable {
             }
             let n = ((len - offset) as usize).min(out.len() - done);
             let (buf, base) = self.local(sge, pd, Access::NONE)?;
-            buf.read(base + offset as usize, &mut out[done..done + n]).map_err(|_| LocalError::Protection)?;
+            buf.nic_read(base + offset as usize, &mut out[done..done + n])
+                .map_err(|_| LocalError::Protection)?;
             done += n;
             offset = 0;
         }
@@ -156,7 +164,8 @@ impl MrTable {
             }
             let n = ((len - offset) as usize).min(data.len() - done);
             let (buf, base) = self.local(sge, pd, Access::LOCAL_WRITE)?;
-            buf.write(base + offset as usize, &data[done..done + n]).map_err(|_| LocalError::Protection)?;
+            buf.nic_write(base + offset as usize, &data[done..done + n])
+                .map_err(|_| LocalError::Protection)?;
             done += n;
             offset = 0;
         }

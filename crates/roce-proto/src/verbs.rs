@@ -483,4 +483,9 @@ pub enum VerbsError {
     CqOverflow,
     #[error("resource limit reached: {0}")]
     NoResources(&'static str),
+    /// The buffer is registered with another engine (device): a buffer
+    /// serves one device at a time, which keeps the NICs' accesses to it
+    /// sequential.
+    #[error("the buffer is registered with another device")]
+    BufferOnOtherDevice,
 }
