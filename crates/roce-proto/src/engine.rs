@@ -341,6 +341,31 @@ impl Engine {
         self.res.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound("MR"))
     }
 
+    /// Copies bytes `[offset, offset + dst.len())` of the region `lkey`
+    /// names (offsets into the region) into `dst`: the application's safe
+    /// access to registered memory. Sound while the NIC works on the same
+    /// memory: `&mut self` keeps this engine from executing anything
+    /// meanwhile, and the buffer is bound to this engine alone (see
+    /// [`MemBuf`](crate::MemBuf)). Access flags and remote invalidation do
+    /// not apply: they guard the memory against the network, not against
+    /// its owner. The verbs contract still says when the bytes mean
+    /// something (a WRITE in progress may have placed half its data).
+    pub fn mr_read(&mut self, lkey: u32, offset: usize, dst: &mut [u8]) -> Result<(), VerbsError> {
+        self.res.mrs.app_read(lkey, offset, dst)
+    }
+
+    /// Copies `src` into the region `lkey` names at `offset`; see
+    /// [`Engine::mr_read`].
+    pub fn mr_write(&mut self, lkey: u32, offset: usize, src: &[u8]) -> Result<(), VerbsError> {
+        self.res.mrs.app_write(lkey, offset, src)
+    }
+
+    /// Sets bytes `[offset, offset + n)` of the region `lkey` names to
+    /// `byte`; see [`Engine::mr_read`].
+    pub fn mr_fill(&mut self, lkey: u32, offset: usize, n: usize, byte: u8) -> Result<(), VerbsError> {
+        self.res.mrs.app_fill(lkey, offset, n, byte)
+    }
+
     // --------------------------------------------------------------------- CQ
 
     pub fn create_cq(&mut self, depth: usize) -> Result<CqId, VerbsError> {

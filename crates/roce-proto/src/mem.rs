@@ -244,9 +244,10 @@ impl EngineId {
 }
 
 /// A buffer as one region of one engine sees it: the NIC's way to the
-/// bytes. Exists only in the engine's MR records (not `Clone`), and its
-/// methods are called only inside the engine's `&mut self` methods, so one
-/// engine's accesses are sequential and no two engines access a buffer.
+/// bytes, and the application's through `Engine::mr_*`. Exists only in the
+/// engine's MR records (not `Clone`), and its methods are called only
+/// inside the engine's `&mut self` methods, so one engine's accesses are
+/// sequential and no two engines access a buffer.
 #[derive(Debug)]
 pub(crate) struct NicBuf {
     buf: Arc<MemBuf>,
@@ -268,6 +269,11 @@ impl NicBuf {
     #[inline]
     pub(crate) fn nic_write(&self, offset: usize, src: &[u8]) -> Result<(), OutOfBounds> {
         self.buf.write(offset, src)
+    }
+
+    #[inline]
+    pub(crate) fn nic_fill(&self, offset: usize, n: usize, byte: u8) -> Result<(), OutOfBounds> {
+        self.buf.fill(offset, n, byte)
     }
 
     pub(crate) fn nic_compare_swap(

@@ -89,6 +89,37 @@ impl MrTable {
         (mr.valid && mr.pd == pd).then_some(mr)
     }
 
+    /// The binding and buffer offset of bytes `[offset, offset + len)` of
+    /// the region `lkey` names, for the application's own access: access
+    /// flags and remote invalidation guard the memory against the network,
+    /// not against its owner.
+    fn app_range(&self, lkey: u32, offset: usize, len: usize) -> Result<(&NicBuf, usize), VerbsError> {
+        let mr = self.by_lkey.get(&lkey).ok_or(VerbsError::NotFound("MR"))?;
+        match offset.checked_add(len) {
+            // The region lies inside its buffer (checked by reg_mr).
+            Some(end) if end <= mr.length => Ok((&mr.buf, mr.offset + offset)),
+            _ => Err(VerbsError::OutsideRegion { offset, len, size: mr.length }),
+        }
+    }
+
+    /// `Engine::mr_read`.
+    pub fn app_read(&self, lkey: u32, offset: usize, dst: &mut [u8]) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, dst.len())?;
+        buf.nic_read(at, dst).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
+    /// `Engine::mr_write`.
+    pub fn app_write(&self, lkey: u32, offset: usize, src: &[u8]) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, src.len())?;
+        buf.nic_write(at, src).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
+    /// `Engine::mr_fill`.
+    pub fn app_fill(&self, lkey: u32, offset: usize, n: usize, byte: u8) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, n)?;
+        buf.nic_fill(at, n, byte).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
     /// Resolves a remote access: R_Key valid and in `pd`, access right
     /// granted, `[va, va+len)` inside the region. Returns the buffer and offset.
     pub fn remote(&self, rkey: u32, pd: PdId, va: u64, len: u64, need: Access) -> Option<(&NicBuf, usize)> {

@@ -488,4 +488,7 @@ pub enum VerbsError {
     /// sequential.
     #[error("the buffer is registered with another device")]
     BufferOnOtherDevice,
+    /// Bytes `[offset, offset + len)` of a `size`-byte region do not exist.
+    #[error("bytes [{offset}, +{len}) lie outside the {size}-byte region")]
+    OutsideRegion { offset: usize, len: usize, size: usize },
 }

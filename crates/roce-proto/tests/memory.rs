@@ -48,3 +48,32 @@ fn a_refused_registration_draws_no_keys() {
     sz.buf = MemBuf::new(64);
     assert_eq!(y.reg_mr(ypd, sy).unwrap(), z.reg_mr(zpd, sz).unwrap());
 }
+
+#[test]
+fn the_application_reads_and_writes_through_the_engine() {
+    let (mut x, xpd) = engine(1);
+    let buf = MemBuf::new(4096);
+    // A region of bytes [1000, 1100) of the buffer, read-only to the network.
+    let mut s = spec(&buf);
+    (s.offset, s.length, s.access) = (1000, 100, Access::NONE);
+    let k = x.reg_mr(xpd, s).unwrap();
+    x.mr_write(k.lkey, 10, b"abc").unwrap();
+    x.mr_fill(k.lkey, 13, 2, b'z').unwrap();
+    let mut got = [0u8; 6];
+    x.mr_read(k.lkey, 9, &mut got).unwrap();
+    assert_eq!(&got, b"\0abczz");
+    // Offsets are into the region, not the buffer.
+    let w = x.reg_mr(xpd, spec(&buf)).unwrap();
+    let mut b = [0u8; 3];
+    x.mr_read(w.lkey, 1010, &mut b).unwrap();
+    assert_eq!(&b, b"abc");
+
+    let outside = |offset, len| Err(VerbsError::OutsideRegion { offset, len, size: 100 });
+    assert_eq!(x.mr_write(k.lkey, 98, b"abc"), outside(98, 3));
+    assert_eq!(x.mr_read(k.lkey, usize::MAX, &mut [0]), outside(usize::MAX, 1));
+    assert_eq!(x.mr_fill(k.lkey, 101, 0, 0), outside(101, 0));
+    x.mr_fill(k.lkey, 100, 0, 0).unwrap();
+    assert_eq!(x.mr_read(k.lkey ^ 1, 0, &mut [0]), Err(VerbsError::NotFound("MR")));
+    x.dereg_mr(k.lkey).unwrap();
+    assert_eq!(x.mr_read(k.lkey, 0, &mut [0]), Err(VerbsError::NotFound("MR")));
+}

@@ -231,13 +231,13 @@ fn roce_write_lat(iters: usize) -> f64 {
                 // wait for the peer's i-th write first
                 loop {
                     me.dev.progress().unwrap();
-                    me.mr.buf().read(0, &mut word).unwrap();
+                    me.mr.read(0, &mut word).unwrap();
                     if u64::from_le_bytes(word) >= i {
                         break;
                     }
                 }
             }
-            me.mr.buf().write(8, &i.to_le_bytes()).unwrap();
+            me.mr.write(8, &i.to_le_bytes()).unwrap();
             let mut wr = SendWr::new(i, SendOp::Write { remote_addr: raddr, rkey }, vec![me.mr.sge(8, 8)]);
             wr.inline = true;
             wr.signaled = i % 64 == 0;
@@ -245,7 +245,7 @@ fn roce_write_lat(iters: usize) -> f64 {
             if first {
                 loop {
                     me.dev.progress().unwrap();
-                    me.mr.buf().read(0, &mut word).unwrap();
+                    me.mr.read(0, &mut word).unwrap();
                     if u64::from_le_bytes(word) >= i {
                         break;
                     }
