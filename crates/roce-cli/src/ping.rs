@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use roce::{
-    Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Psn, Qp,
-    QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
+    alloc_buffer, Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu,
+    Psn, Qp, QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
 };
 
 use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
@@ -304,7 +304,7 @@ impl End {
         // UD receives start with the GRH: the buffer has room for it in
         // front of the message (ibv_ud_pingpong's layout).
         let len = (a.size + if a.ud { GRH_LEN } else { 0 }) as usize;
-        let mr = pd.reg_mr(MemBuf::new(len), Access::LOCAL_WRITE)?;
+        let mr = pd.reg_mr(alloc_buffer(len), Access::LOCAL_WRITE)?;
         mr.fill(0, len, 0x7b)?;
         let port = dev.local_addr().port();
         let me = Dest {

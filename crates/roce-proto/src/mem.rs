@@ -51,10 +51,8 @@ use std::sync::Arc;
 
 use crate::verbs::VerbsError;
 
-/// Page size used for alignment.
+/// Page size: the least alignment of every buffer `MemBuf` allocates.
 pub const PAGE_SIZE: usize = 4096;
-/// Size of an x86-64 huge page: large buffers are aligned to it.
-pub const HUGE_PAGE_SIZE: usize = 2 << 20;
 
 /// An access outside the buffer, or a misaligned atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -133,24 +131,27 @@ unsafe impl Send for MemBuf {}
 unsafe impl Sync for MemBuf {}
 
 impl MemBuf {
-    /// Allocates `len` zero bytes (at least one page is reserved). Buffers
-    /// of 2 MiB or more are aligned to 2 MiB and offered to the kernel for
-    /// transparent huge pages (`madvise(MADV_HUGEPAGE)`), which it uses when
-    /// it has them: fewer TLB misses when the NIC sweeps large regions.
+    /// Allocates `len` zero bytes, page aligned (at least one page is
+    /// reserved).
     pub fn new(len: usize) -> Arc<MemBuf> {
-        let huge = len >= HUGE_PAGE_SIZE;
-        let align = if huge { HUGE_PAGE_SIZE } else { PAGE_SIZE };
-        let size = len.max(1).next_multiple_of(align);
+        MemBuf::with_alignment(len, PAGE_SIZE)
+    }
+
+    /// Allocates `len` zero bytes aligned to `align` (at least a page). The
+    /// allocation spans `len` rounded up to a multiple of the alignment, at
+    /// least one alignment unit: a driver may ask the kernel for huge pages
+    /// for a 2 MiB-aligned buffer (`roce::alloc_buffer` does).
+    ///
+    /// # Panics
+    /// If `align` is not a power of two, or the size overflows `isize`.
+    pub fn with_alignment(len: usize, align: usize) -> Arc<MemBuf> {
+        assert!(align.is_power_of_two(), "alignment {align} is not a power of two");
+        let align = align.max(PAGE_SIZE);
+        let size = len.max(1).checked_next_multiple_of(align).expect("buffer size overflows");
         let layout = Layout::from_size_align(size, align).expect("buffer size overflows isize");
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        if huge {
-            // SAFETY: [ptr, ptr+size) is our own mapping-backed allocation,
-            // 2 MiB aligned; madvise only changes how the kernel backs it.
-            // A kernel without THP returns an error, which is harmless.
-            unsafe { libc::madvise(ptr.as_ptr().cast(), size, libc::MADV_HUGEPAGE) };
-        }
         Arc::new(MemBuf { ptr, len, layout, owner: AtomicU64::new(0), regs: AtomicUsize::new(0) })
     }
 
@@ -173,6 +174,14 @@ impl MemBuf {
     /// The address of the first byte (what ibverbs would use as the VA).
     pub fn addr(&self) -> u64 {
         self.ptr.as_ptr() as u64
+    }
+
+    /// The first byte, for drivers (a kernel or device doing the copies,
+    /// advice to the kernel about the pages) and C bindings. Reading or
+    /// writing through it is bound by the contract of [`MemBuf::read`] and
+    /// [`MemBuf::write`].
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
     }
 
     fn check(&self, offset: usize, n: usize) -> Result<(), OutOfBounds> {
@@ -336,7 +345,8 @@ impl MemBuf {
 
 impl Drop for MemBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with exactly this layout, freed once.
+        // SAFETY: allocated in `with_alignment` with exactly this layout, freed
+        // once.
         unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
     }
 }
@@ -452,15 +462,17 @@ mod tests {
     }
 
     #[test]
-    fn large_buffers_are_huge_page_aligned() {
-        let b = MemBuf::new(3 << 20);
-        assert_eq!(b.addr() % HUGE_PAGE_SIZE as u64, 0);
+    fn alignment() {
+        let b = MemBuf::with_alignment(3 << 20, 2 << 20);
+        assert_eq!(b.addr() % (2 << 20), 0);
         assert_eq!(b.len(), 3 << 20);
         // SAFETY: the buffer is this test's alone, on this thread.
         unsafe {
             b.write((3 << 20) - 1, &[1]).unwrap();
             assert!(b.write(3 << 20, &[1]).is_err());
         }
+        // Never less than a page.
+        assert_eq!(MemBuf::with_alignment(10, 8).addr() % PAGE_SIZE as u64, 0);
     }
 
     #[test]

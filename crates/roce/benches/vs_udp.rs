@@ -126,7 +126,7 @@ fn end(busy: bool) -> End {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(4096).unwrap();
     let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
-    let mr = pd.reg_mr(MemBuf::new(64 << 20), Access::ALL).unwrap();
+    let mr = pd.reg_mr(alloc_buffer(64 << 20), Access::ALL).unwrap();
     End { dev, _pd: pd, cq, qp, mr }
 }
 

@@ -11,12 +11,14 @@
 //! # Ok::<(), roce::Error>(())
 //! ```
 
+mod buffer;
 mod capture;
 mod device;
 mod driver;
 mod error;
 pub mod udp;
 
+pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
 pub use device::*;
 pub use error::{Error, Result};
 pub use roce_proto::{

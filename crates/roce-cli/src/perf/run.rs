@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use roce::{
-    Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Pd, Psn, Qp, QpBuilder,
-    QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
+    alloc_buffer, Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu, Pd, Psn, Qp,
+    QpBuilder, QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
 };
 use serde_json::{json, Value};
 
@@ -392,7 +392,7 @@ impl Side for RdmaSide {
                     .max_sge(1, 1)
                     .max_inline_data(0),
             )?;
-            let mr = pd.reg_mr(MemBuf::new(2 * half), Access::ALL)?;
+            let mr = pd.reg_mr(alloc_buffer(2 * half), Access::ALL)?;
             let fill = match c.test.verb {
                 Verb::Write | Verb::Send => Some(0),
                 Verb::Read => Some(half),
