@@ -8,10 +8,12 @@
 //!
 //! # Safety argument
 //!
-//! * Memory. The buffer is allocated once with a valid non-zero-size
-//!   `Layout` and freed once in `Drop` with the same layout. `MemBuf` is
-//!   only handed out behind `Arc`, so it outlives every engine object (MR)
-//!   and application handle that uses it.
+//! * Memory. An owned buffer is allocated once with a valid non-zero-size
+//!   `Layout` and freed once in `Drop` with the same layout; caller-owned
+//!   memory ([`MemBuf::from_raw_parts`]) is valid for `len` bytes until
+//!   `Drop` hands it back, by that function's contract. `MemBuf` is only
+//!   handed out behind `Arc`, so it outlives every engine object (MR) and
+//!   application handle that uses it.
 //! * Bounds. Every access is checked against `len` before a pointer is
 //!   formed: `check` rejects `offset + n` past the end (with overflow
 //!   checked), so all pointers stay inside the memory.
@@ -34,10 +36,12 @@
 //!     [`Engine::mr_write`] and [`Engine::mr_fill`] take `&mut Engine`, so
 //!     they are sequential with the NIC's accesses, like them.
 //!   - the application's directly: [`MemBuf::read`], [`MemBuf::write`],
-//!     [`MemBuf::fill`], [`MemBuf::to_vec`] and the four atomics are
-//!     `unsafe`: their caller promises that nothing conflicting runs
-//!     concurrently, which is the verbs contract (no work request the NIC
-//!     may execute against those bytes is in progress).
+//!     [`MemBuf::fill`], [`MemBuf::to_vec`], the four atomics and accesses
+//!     through raw pointers ([`MemBuf::as_ptr`], or the caller's own for
+//!     [`MemBuf::from_raw_parts`]) are `unsafe`: their caller promises that
+//!     nothing conflicting runs concurrently, which is the verbs contract
+//!     (no work request the NIC may execute against those bytes is in
+//!     progress).
 //!
 //! [`Engine::mr_read`]: crate::Engine::mr_read
 //! [`Engine::mr_write`]: crate::Engine::mr_write
@@ -63,8 +67,18 @@ pub struct OutOfBounds {
     pub size: usize,
 }
 
+/// Who frees the memory.
+enum Backing {
+    /// Allocated by `MemBuf` with this layout.
+    Owned(Layout),
+    /// The caller's ([`MemBuf::from_raw_parts`]); this runs when the
+    /// `MemBuf` goes.
+    Foreign(Option<Box<dyn FnOnce() + Send>>),
+}
+
 /// Memory shared by application and NIC: allocated zeroed and page aligned
-/// by [`MemBuf::new`].
+/// by [`MemBuf::new`] / [`MemBuf::with_alignment`], or the caller's own
+/// ([`MemBuf::from_raw_parts`]).
 ///
 /// The NIC (an [`Engine`](crate::Engine)) may write these bytes while the
 /// application holds them, so safe code cannot touch them directly. The
@@ -115,19 +129,21 @@ pub struct OutOfBounds {
 pub struct MemBuf {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    backing: Backing,
     /// The engine whose regions use the buffer (`EngineId`), 0 if none.
     owner: AtomicU64,
     /// How many regions of that engine use it.
     regs: AtomicUsize,
 }
 
-// SAFETY: MemBuf owns its allocation, reached only through the methods that
-// keep the module's safety argument, from whichever thread.
+// SAFETY: the memory is reached only through the methods that keep the
+// module's safety argument, from whichever thread; the `release` closure is
+// `Send` and only ever touched by `Drop`, through `&mut self`.
 unsafe impl Send for MemBuf {}
 // SAFETY: `&MemBuf` gives no safe access to the bytes except through a
 // `NicBuf` (one engine at a time) or the engine's `&mut` methods; the unsafe
-// accessors carry the contract on concurrent access.
+// accessors carry the contract on concurrent access. `release` is not
+// reachable through `&MemBuf`.
 unsafe impl Sync for MemBuf {}
 
 impl MemBuf {
@@ -152,7 +168,11 @@ impl MemBuf {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Arc::new(MemBuf { ptr, len, layout, owner: AtomicU64::new(0), regs: AtomicUsize::new(0) })
+        Arc::new(MemBuf::with_backing(ptr, len, Backing::Owned(layout)))
+    }
+
+    fn with_backing(ptr: NonNull<u8>, len: usize, backing: Backing) -> MemBuf {
+        MemBuf { ptr, len, backing, owner: AtomicU64::new(0), regs: AtomicUsize::new(0) }
     }
 
     /// Allocates a buffer holding a copy of `data`.
@@ -161,6 +181,33 @@ impl MemBuf {
         // SAFETY: the buffer is new; no one else has it yet.
         unsafe { b.write(0, data) }.expect("fits by construction");
         b
+    }
+
+    /// Memory the caller owns, for registration: a C library registering
+    /// the application's buffers. When the `MemBuf` goes (the last `Arc`,
+    /// after every region using it), `release` runs, if given, on the thread
+    /// that drops it; the caller frees the memory there or later. Atomics
+    /// need an 8-byte-aligned address (not just offset): elsewhere they fail,
+    /// and a peer's atomic gets a NAK.
+    ///
+    /// # Safety
+    /// * `[ptr, ptr + len)` lies in one allocated object and is valid for
+    ///   reads and writes, and initialised, until `release` is called (for
+    ///   ever without `release`); `len <= isize::MAX`.
+    /// * While the `MemBuf` lives, those bytes are accessed only through it,
+    ///   or through raw pointers under the contracts of [`MemBuf::read`] and
+    ///   [`MemBuf::write`]; never through a Rust reference (`&[u8]`,
+    ///   `&mut [u8]`, ...) to them.
+    /// * If another live `MemBuf` covers some of the same bytes, the two are
+    ///   never registered with different engines at the same time (an engine
+    ///   serialises only its own accesses), and the contracts of the unsafe
+    ///   accessors hold for accesses through either.
+    pub unsafe fn from_raw_parts(
+        ptr: NonNull<u8>,
+        len: usize,
+        release: Option<Box<dyn FnOnce() + Send>>,
+    ) -> Arc<MemBuf> {
+        Arc::new(MemBuf::with_backing(ptr, len, Backing::Foreign(release)))
     }
 
     pub fn len(&self) -> usize {
@@ -345,9 +392,16 @@ impl MemBuf {
 
 impl Drop for MemBuf {
     fn drop(&mut self) {
-        // SAFETY: allocated in `with_alignment` with exactly this layout, freed
-        // once.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        match &mut self.backing {
+            // SAFETY: allocated in `with_alignment` with exactly this
+            // layout, freed once.
+            Backing::Owned(layout) => unsafe { dealloc(self.ptr.as_ptr(), *layout) },
+            Backing::Foreign(release) => {
+                if let Some(f) = release.take() {
+                    f()
+                }
+            }
+        }
     }
 }
 

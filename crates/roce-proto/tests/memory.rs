@@ -77,3 +77,78 @@ fn the_application_reads_and_writes_through_the_engine() {
     x.dereg_mr(k.lkey).unwrap();
     assert_eq!(x.mr_read(k.lkey, 0, &mut [0]), Err(VerbsError::NotFound("MR")));
 }
+
+/// A box handed to a `MemBuf` as raw parts; `free` takes it back.
+struct Owned<T: ?Sized>(*mut T);
+
+// SAFETY: it owns the boxed value it points to, which any thread may free.
+unsafe impl<T: ?Sized + Send> Send for Owned<T> {}
+
+impl<T: ?Sized> Owned<T> {
+    /// # Safety
+    /// Once, when nothing accesses the value any more.
+    unsafe fn free(self) -> Box<T> {
+        // SAFETY: from `Box::into_raw`, given back once (the caller's word).
+        unsafe { Box::from_raw(self.0) }
+    }
+}
+
+/// Caller-owned memory: registered, written by the engine, given back
+/// through `release` once the last user (a region) lets go.
+#[test]
+fn caller_owned_memory_is_registered_and_given_back() {
+    let raw = Box::into_raw(vec![7u8; 100].into_boxed_slice());
+    let ptr = core::ptr::NonNull::new(raw.cast::<u8>()).unwrap();
+    let released = Arc::new(std::sync::Mutex::new(None::<Box<[u8]>>));
+    let (owned, slot) = (Owned(raw), released.clone());
+    let release = Box::new(move || {
+        // SAFETY: `release` runs once, when the MemBuf goes: nothing accesses
+        // the bytes any more.
+        *slot.lock().unwrap() = Some(unsafe { owned.free() });
+    });
+    // SAFETY: the boxed slice is one allocation, valid and initialised until
+    // `release` frees it; nothing else touches it meanwhile (the Box is
+    // gone, only `raw` remains, unused until `free`).
+    let buf = unsafe { MemBuf::from_raw_parts(ptr, 100, Some(release)) };
+    assert_eq!((buf.len(), buf.as_ptr()), (100, raw.cast::<u8>()));
+
+    let (mut x, xpd) = engine(1);
+    let k = x.reg_mr(xpd, spec(&buf)).unwrap();
+    assert_eq!(k.addr, buf.addr(), "registered at its own address");
+    x.mr_write(k.lkey, 10, b"hi").unwrap();
+    let mut b = [0u8; 4];
+    // SAFETY: the engine runs on this thread only and is not inside a call.
+    unsafe { buf.read(9, &mut b) }.unwrap();
+    assert_eq!(&b, b"\x07hi\x07");
+
+    drop(buf);
+    assert!(released.lock().unwrap().is_none(), "the region still uses it");
+    x.dereg_mr(k.lkey).unwrap();
+    let back = released.lock().unwrap().take().expect("given back when the region went");
+    assert_eq!(&back[9..13], b"\x07hi\x07");
+}
+
+/// Atomics need an aligned address, whatever the offset: caller-owned
+/// memory may start anywhere.
+#[test]
+fn atomics_follow_the_address_alignment() {
+    let words = Box::into_raw(Box::new([0u64; 4]));
+    // One byte in: offset 7 is the second word.
+    let start = core::ptr::NonNull::new(words.cast::<u8>().wrapping_add(1)).unwrap();
+    let owned = Owned(words);
+    let release = Box::new(move || {
+        // SAFETY: once, when the MemBuf goes.
+        drop(unsafe { owned.free() });
+    });
+    // SAFETY: [start, start + 24) lies in the boxed array, valid and
+    // initialised until `release` frees it; nothing else touches it.
+    let buf = unsafe { MemBuf::from_raw_parts(start, 24, Some(release)) };
+    // SAFETY: the buffer is this test's alone, on this thread.
+    unsafe {
+        assert!(buf.fetch_add(0, 1).is_err(), "misaligned address");
+        assert_eq!(buf.fetch_add(7, 5).unwrap(), 0);
+        assert_eq!(buf.compare_swap(7, 5, 9).unwrap(), 5);
+        assert_eq!(buf.load_u64(7).unwrap(), 9);
+        assert!(buf.load_u64(17).is_err(), "past the end");
+    }
+}
