@@ -8,6 +8,7 @@
 //! let cq = dev.create_cq(256)?;
 //! let qp = pd.create_qp(QpBuilder::rc(&cq))?;
 //! let mr = pd.reg_mr(MemBuf::new(4096), Access::ALL)?;
+//! mr.write(0, b"hello")?; // safe whatever the NIC does: under the device lock
 //! # Ok::<(), roce::Error>(())
 //! ```
 
