@@ -171,12 +171,11 @@ impl World {
         let reg =
             |e: &mut Engine, bufs: &mut Vec<Arc<MemBuf>>, pd: PdId, len: usize, iova: u64, access: Access| {
                 let buf = MemBuf::new(len);
-                for i in (0..len).step_by(8) {
-                    buf.write(i, &(i as u64 ^ iova).to_le_bytes()).unwrap();
-                }
                 let keys = e
                     .reg_mr(pd, MrSpec { buf: buf.clone(), offset: 0, length: len, iova: Some(iova), access })
                     .unwrap();
+                let init: Vec<u8> = (0..len).step_by(8).flat_map(|i| (i as u64 ^ iova).to_le_bytes()).collect();
+                e.mr_write(keys.lkey, 0, &init[..len]).unwrap();
                 bufs.push(buf);
                 Region { buf_len: len, keys }
             };

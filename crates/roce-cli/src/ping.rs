@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use roce::{
-    Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Psn, Qp,
-    QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
+    alloc_buffer, Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu,
+    Psn, Qp, QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
 };
 
 use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
@@ -304,9 +304,8 @@ impl End {
         // UD receives start with the GRH: the buffer has room for it in
         // front of the message (ibv_ud_pingpong's layout).
         let len = (a.size + if a.ud { GRH_LEN } else { 0 }) as usize;
-        let buf = MemBuf::new(len);
-        buf.fill(0, len, 0x7b).map_err(|e| Error(e.to_string()))?;
-        let mr = pd.reg_mr(buf, Access::LOCAL_WRITE)?;
+        let mr = pd.reg_mr(alloc_buffer(len), Access::LOCAL_WRITE)?;
+        mr.fill(0, len, 0x7b)?;
         let port = dev.local_addr().port();
         let me = Dest {
             lid: if port == ROCE_UDP_PORT { 0 } else { port },
@@ -355,8 +354,7 @@ impl End {
     fn post_send(&self) -> Result<()> {
         if self.chk {
             for (page, at) in (0..self.size as usize).step_by(CHK_PAGE).enumerate() {
-                let buf = self.mr.buf();
-                buf.write(self.msg_offset() + at, &[chk_marker(page)]).map_err(|e| Error(e.to_string()))?;
+                self.mr.write(self.msg_offset() + at, &[chk_marker(page)])?;
             }
         }
         let mut wr = match &self.ud_dest {
@@ -376,7 +374,7 @@ impl End {
     fn check_received(&self) -> Result<()> {
         for (page, at) in (0..self.size as usize).step_by(CHK_PAGE).enumerate() {
             let mut b = [0u8];
-            self.mr.buf().read(self.msg_offset() + at, &mut b).map_err(|e| Error(e.to_string()))?;
+            self.mr.read(self.msg_offset() + at, &mut b)?;
             if b[0] != chk_marker(page) {
                 return Err(Error(format!("invalid data in page {page}: {:#04x}", b[0])));
             }

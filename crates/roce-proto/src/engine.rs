@@ -34,6 +34,7 @@ use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
 use crate::limits;
+use crate::mem::EngineId;
 use crate::mr::{sge_total, Mr, MrTable};
 use crate::qp::{self, QpCore};
 use crate::requester::Requester;
@@ -70,7 +71,7 @@ impl Engine {
             res: Res {
                 cfg,
                 pds: BTreeMap::new(),
-                mrs: MrTable::default(),
+                mrs: MrTable::new(EngineId::fresh()),
                 cqs: BTreeMap::new(),
                 srqs: BTreeMap::new(),
                 counters: Counters::default(),
@@ -138,7 +139,9 @@ impl Engine {
     }
 
     /// Registers memory (`ibv_reg_mr`). Remote Write or Remote Atomic
-    /// require Local Write (IBTA §10.6.3.1, C10-52).
+    /// require Local Write (IBTA §10.6.3.1, C10-52). A buffer serves one
+    /// engine at a time: registering one that another engine's regions use
+    /// fails with [`VerbsError::BufferOnOtherDevice`] (see [`MemBuf`](crate::MemBuf)).
     pub fn reg_mr(&mut self, pd: PdId, spec: MrSpec) -> Result<MrKeys, VerbsError> {
         if !self.res.pds.contains_key(&pd.0) {
             return Err(VerbsError::NotFound("PD"));
@@ -163,6 +166,8 @@ impl Engine {
         if iova.checked_add(spec.length as u64).is_none() {
             return Err(VerbsError::Invalid("iova + length overflows"));
         }
+        // Bound before the keys are drawn: a refusal leaves no trace.
+        let buf = self.res.mrs.bind(spec.buf)?;
         let lkey = self.fresh_key();
         let rkey = loop {
             let k = self.fresh_key();
@@ -172,7 +177,7 @@ impl Engine {
         };
         self.res.mrs.insert(Mr {
             pd,
-            buf: spec.buf,
+            buf,
             offset: spec.offset,
             length: spec.length,
             iova,
@@ -186,6 +191,31 @@ impl Engine {
 
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), VerbsError> {
         self.res.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound("MR"))
+    }
+
+    /// Copies bytes `[offset, offset + dst.len())` of the region `lkey`
+    /// names (offsets into the region) into `dst`: the application's safe
+    /// access to registered memory. Sound while the NIC works on the same
+    /// memory: `&mut self` keeps this engine from executing anything
+    /// meanwhile, and the buffer is bound to this engine alone (see
+    /// [`MemBuf`](crate::MemBuf)). Access flags and remote invalidation do
+    /// not apply: they guard the memory against the network, not against
+    /// its owner. The verbs contract still says when the bytes mean
+    /// something (a WRITE in progress may have placed half its data).
+    pub fn mr_read(&mut self, lkey: u32, offset: usize, dst: &mut [u8]) -> Result<(), VerbsError> {
+        self.res.mrs.app_read(lkey, offset, dst)
+    }
+
+    /// Copies `src` into the region `lkey` names at `offset`; see
+    /// [`Engine::mr_read`].
+    pub fn mr_write(&mut self, lkey: u32, offset: usize, src: &[u8]) -> Result<(), VerbsError> {
+        self.res.mrs.app_write(lkey, offset, src)
+    }
+
+    /// Sets bytes `[offset, offset + n)` of the region `lkey` names to
+    /// `byte`; see [`Engine::mr_read`].
+    pub fn mr_fill(&mut self, lkey: u32, offset: usize, n: usize, byte: u8) -> Result<(), VerbsError> {
+        self.res.mrs.app_fill(lkey, offset, n, byte)
     }
 
     // --------------------------------------------------------------------- CQ

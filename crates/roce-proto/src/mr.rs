@@ -5,14 +5,16 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::mem::MemBuf;
-use crate::verbs::{Access, PdId, Sge};
+use crate::mem::{EngineId, MemBuf, NicBuf};
+use crate::verbs::{Access, PdId, Sge, VerbsError};
 
-/// A registered region.
-#[derive(Debug, Clone)]
+/// A registered region. It holds its buffer's binding to this engine (see
+/// `mem`), which ends when the record is dropped: deregistration or the
+/// engine's end. Not `Clone`, so the binding cannot outlive the record.
+#[derive(Debug)]
 pub(crate) struct Mr {
     pub pd: PdId,
-    pub buf: Arc<MemBuf>,
+    pub buf: NicBuf,
     /// Offset of the region in `buf`.
     pub offset: usize,
     pub length: usize,
@@ -43,13 +45,25 @@ pub(crate) enum LocalError {
     Length,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct MrTable {
+    /// The engine the table belongs to, to which it binds buffers.
+    engine: EngineId,
     by_lkey: BTreeMap<u32, Mr>,
     rkey_to_lkey: BTreeMap<u32, u32>,
 }
 
 impl MrTable {
+    pub fn new(engine: EngineId) -> MrTable {
+        MrTable { engine, by_lkey: BTreeMap::new(), rkey_to_lkey: BTreeMap::new() }
+    }
+
+    /// Binds `buf` to this engine for a new region; fails if another engine
+    /// has it.
+    pub fn bind(&self, buf: Arc<MemBuf>) -> Result<NicBuf, VerbsError> {
+        NicBuf::bind(buf, self.engine)
+    }
+
     pub fn contains_key(&self, key: u32) -> bool {
         self.by_lkey.contains_key(&key) || self.rkey_to_lkey.contains_key(&key)
     }
@@ -75,16 +89,40 @@ impl MrTable {
         (mr.valid && mr.pd == pd).then_some(mr)
     }
 
+    /// The binding and buffer offset of bytes `[offset, offset + len)` of
+    /// the region `lkey` names, for the application's own access: access
+    /// flags and remote invalidation guard the memory against the network,
+    /// not against its owner.
+    fn app_range(&self, lkey: u32, offset: usize, len: usize) -> Result<(&NicBuf, usize), VerbsError> {
+        let mr = self.by_lkey.get(&lkey).ok_or(VerbsError::NotFound("MR"))?;
+        match offset.checked_add(len) {
+            // The region lies inside its buffer (checked by reg_mr).
+            Some(end) if end <= mr.length => Ok((&mr.buf, mr.offset + offset)),
+            _ => Err(VerbsError::OutsideRegion { offset, len, size: mr.length }),
+        }
+    }
+
+    /// `Engine::mr_read`.
+    pub fn app_read(&self, lkey: u32, offset: usize, dst: &mut [u8]) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, dst.len())?;
+        buf.nic_read(at, dst).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
+    /// `Engine::mr_write`.
+    pub fn app_write(&self, lkey: u32, offset: usize, src: &[u8]) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, src.len())?;
+        buf.nic_write(at, src).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
+    /// `Engine::mr_fill`.
+    pub fn app_fill(&self, lkey: u32, offset: usize, n: usize, byte: u8) -> Result<(), VerbsError> {
+        let (buf, at) = self.app_range(lkey, offset, n)?;
+        buf.nic_fill(at, n, byte).map_err(|e| VerbsError::OutsideRegion { offset, len: e.len, size: e.size })
+    }
+
     /// Resolves a remote access: R_Key valid and in `pd`, access right
     /// granted, `[va, va+len)` inside the region. Returns the buffer and offset.
-    pub fn remote(
-        &self,
-        rkey: u32,
-        pd: PdId,
-        va: u64,
-        len: u64,
-        need: Access,
-    ) -> Option<(&Arc<MemBuf>, usize)> {
+    pub fn remote(&self, rkey: u32, pd: PdId, va: u64, len: u64, need: Access) -> Option<(&NicBuf, usize)> {
         let mr = self.by_rkey(rkey, pd)?;
         if !mr.access.contains(need) {
             return None;
@@ -106,7 +144,7 @@ impl MrTable {
         }
     }
 
-    fn local(&self, sge: &Sge, pd: PdId, need: Access) -> Result<(&Arc<MemBuf>, usize), LocalError> {
+    fn local(&self, sge: &Sge, pd: PdId, need: Access) -> Result<(&NicBuf, usize), LocalError> {
         let mr = self.by_lkey.get(&sge.lkey).ok_or(LocalError::Protection)?;
         if !mr.valid || mr.pd != pd || !mr.access.contains(need) {
             return Err(LocalError::Protection);
@@ -130,7 +168,8 @@ impl MrTable {
             }
             let n = ((len - offset) as usize).min(out.len() - done);
             let (buf, base) = self.local(sge, pd, Access::NONE)?;
-            buf.read(base + offset as usize, &mut out[done..done + n]).map_err(|_| LocalError::Protection)?;
+            buf.nic_read(base + offset as usize, &mut out[done..done + n])
+                .map_err(|_| LocalError::Protection)?;
             done += n;
             offset = 0;
         }
@@ -156,7 +195,8 @@ impl MrTable {
             }
             let n = ((len - offset) as usize).min(data.len() - done);
             let (buf, base) = self.local(sge, pd, Access::LOCAL_WRITE)?;
-            buf.write(base + offset as usize, &data[done..done + n]).map_err(|_| LocalError::Protection)?;
+            buf.nic_write(base + offset as usize, &data[done..done + n])
+                .map_err(|_| LocalError::Protection)?;
             done += n;
             offset = 0;
         }

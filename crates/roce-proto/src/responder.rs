@@ -384,7 +384,7 @@ impl Responder {
         }
         if n > 0 {
             let (buf, off) = res.mrs.remote(*rkey, pd, *va, n, Access::REMOTE_WRITE).ok_or(access)?;
-            buf.write(off, pkt.payload).map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
+            buf.nic_write(off, pkt.payload).map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
         }
         *va += n;
         *remaining -= n;
@@ -474,8 +474,8 @@ impl Responder {
             .remote(a.rkey, qp.init.pd, a.va, 8, Access::REMOTE_ATOMIC)
             .ok_or(Fault::Nak(NakCode::RemoteAccessError, None))?;
         let orig = match op {
-            Operation::CompareSwap => buf.compare_swap(off, a.compare, a.swap_add),
-            _ => buf.fetch_add(off, a.swap_add),
+            Operation::CompareSwap => buf.nic_compare_swap(off, a.compare, a.swap_add),
+            _ => buf.nic_fetch_add(off, a.swap_add),
         }
         .map_err(|_| Fault::Nak(NakCode::InvalidRequest, None))?;
         let psn = pkt.bth.psn;
@@ -676,7 +676,7 @@ impl Responder {
         if let Some((rkey, va, n)) = payload_from {
             if n > 0 {
                 let src = res.mrs.remote(rkey, qp.init.pd, va, n as u64, Access::REMOTE_READ);
-                let copied = src.is_some_and(|(b, off)| b.read(off, &mut buf[hdr..hdr + n]).is_ok());
+                let copied = src.is_some_and(|(b, off)| b.nic_read(off, &mut buf[hdr..hdr + n]).is_ok());
                 if !copied {
                     // The region went away between request and response.
                     let psn = repr.bth.psn;

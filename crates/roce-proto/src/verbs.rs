@@ -483,4 +483,12 @@ pub enum VerbsError {
     CqOverflow,
     #[error("resource limit reached: {0}")]
     NoResources(&'static str),
+    /// The buffer is registered with another engine (device): a buffer
+    /// serves one device at a time, which keeps the NICs' accesses to it
+    /// sequential.
+    #[error("the buffer is registered with another device")]
+    BufferOnOtherDevice,
+    /// Bytes `[offset, offset + len)` of a `size`-byte region do not exist.
+    #[error("bytes [{offset}, +{len}) lie outside the {size}-byte region")]
+    OutsideRegion { offset: usize, len: usize, size: usize },
 }

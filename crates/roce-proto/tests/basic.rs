@@ -15,7 +15,7 @@ fn write_send_read_atomics() {
     let src = p.region(A, 65536, 0x1000_0000, Access::ALL);
     let dst = p.region(B, 65536, 0x2000_0000, Access::ALL);
     let data = pattern(10_000, 7);
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     // WRITE 10000 bytes
     p.e[A]
         .post_send(
@@ -44,7 +44,7 @@ fn write_send_read_atomics() {
         )
         .unwrap();
     // FETCH_ADD and CMP_SWAP on B's word at 40000
-    dst.buf.write(40_000, &5u64.to_ne_bytes()).unwrap();
+    p.put(&dst, 40_000, &5u64.to_ne_bytes());
     p.e[A]
         .post_send(
             c.qpn[0],
@@ -82,10 +82,10 @@ fn write_send_read_atomics() {
         (wb[0].wr_id, wb[0].byte_len, wb[0].imm_data, wb[0].opcode),
         (77, 3000, 0xabcd, WcOpcode::Recv)
     );
-    let b = dst.buf.to_vec();
+    let b = p.mem(&dst);
     assert_eq!(&b[..10_000], &data[..]);
     assert_eq!(&b[20_000..23_000], &data[100..3100]);
-    let a = src.buf.to_vec();
+    let a = p.mem(&src);
     assert_eq!(&a[30_000..35_000], &data[10..5010]);
     assert_eq!(u64::from_ne_bytes(a[50_000..50_008].try_into().unwrap()), 5);
     assert_eq!(u64::from_ne_bytes(a[50_008..50_016].try_into().unwrap()), 15);
@@ -100,7 +100,7 @@ fn lossy_link_still_delivers() {
         let src = p.region(A, 65536, 0x1000_0000, Access::ALL);
         let dst = p.region(B, 65536, 0x2000_0000, Access::ALL);
         let data = pattern(60_000, seed as u8);
-        src.buf.write(0, &data).unwrap();
+        p.put(&src, 0, &data);
         for i in 0..6u64 {
             p.e[A]
                 .post_send(
@@ -126,7 +126,7 @@ fn lossy_link_still_delivers() {
         let wa = p.poll(A);
         assert_eq!(wa.len(), 6, "seed {seed}: {wa:?}");
         assert!(wa.iter().all(|w| w.status == WcStatus::Success), "seed {seed}: {wa:?}");
-        assert_eq!(dst.buf.to_vec()[..60_000], data[..], "seed {seed}");
+        assert_eq!(p.mem(&dst)[..60_000], data[..], "seed {seed}");
     }
 }
 
@@ -143,7 +143,7 @@ fn batches_of_equal_datagrams() {
     let src = p.region(A, 65536, 0x1000_0000, Access::ALL);
     let dst = p.region(B, 65536, 0x2000_0000, Access::ALL);
     let data = pattern(8192, 5);
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     let write = |id, off: u64, len| {
         SendWr::new(
             id,
@@ -165,7 +165,7 @@ fn batches_of_equal_datagrams() {
     let (first, middle, only_100) = (12 + 16 + 1024 + 4, 12 + 1024 + 4, 12 + 16 + 100 + 4);
     assert_eq!(shapes, [(1, only_100), (2, first), (6, middle), (1, first)]);
     p.run();
-    assert_eq!(dst.buf.to_vec()[..8192], data[..]);
+    assert_eq!(p.get(&dst, 0, 8192), data);
     let wcs: Vec<_> = p.poll(A).iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(wcs, [(1, WcStatus::Success), (2, WcStatus::Success), (3, WcStatus::Success)]);
 }

@@ -32,7 +32,7 @@ fn duplicate_atomic_is_replayed_not_reexecuted() {
     let c = p.connect(PathMtu::Mtu1024, [10, 20], |_| {});
     let loc = p.region(A, 4096, 0x1000, Access::ALL);
     let rem = p.region(B, 4096, 0x8000, Access::ALL);
-    rem.buf.write(64, &1000u64.to_ne_bytes()).unwrap();
+    p.put(&rem, 64, &1000u64.to_ne_bytes());
     let wr = SendWr::new(
         9,
         SendOp::FetchAdd { remote_addr: rem.keys.addr + 64, rkey: rem.keys.rkey, add: 5 },
@@ -53,8 +53,8 @@ fn duplicate_atomic_is_replayed_not_reexecuted() {
     );
     assert!(dropped);
     assert_eq!(statuses(&p.poll(A)), vec![(9, WcStatus::Success)]);
-    assert_eq!(rem.buf.load_u64(64).unwrap(), 1005, "executed exactly once");
-    assert_eq!(loc.buf.load_u64(0).unwrap(), 1000, "original value returned");
+    assert_eq!(p.word(&rem, 64), 1005, "executed exactly once");
+    assert_eq!(p.word(&loc, 0), 1000, "original value returned");
     assert_eq!(p.e[B].counters().duplicate_request, 1);
     assert!(p.e[A].counters().completer_retry_err >= 1);
 }
@@ -68,7 +68,7 @@ fn sequence_nak_recovers_without_timeout() {
     let src = p.region(A, 8192, 0x1000, Access::ALL);
     let dst = p.region(B, 8192, 0x9000, Access::ALL);
     let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 4000)).unwrap();
     let mut n = 0;
     p.run_with(
@@ -82,7 +82,7 @@ fn sequence_nak_recovers_without_timeout() {
         1000,
     );
     assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
-    assert_eq!(&dst.buf.to_vec()[..4000], &data[..]);
+    assert_eq!(&p.mem(&dst)[..4000], &data[..]);
     let naks = p.trace.iter().filter(|(f, b)| *f == B && b[0] == 0x11 && b[12] == 0x60).count();
     assert_eq!(naks, 1, "one NAK per gap, later packets dropped silently");
     assert!(p.e[B].counters().out_of_seq_request >= 1);
@@ -176,7 +176,7 @@ fn psn_wraps_at_2_pow_24() {
     let src = p.region(A, 8192, 0x1000, Access::ALL);
     let dst = p.region(B, 8192, 0x9000, Access::ALL);
     let data: Vec<u8> = (0..2000u32).map(|i| (i ^ (i >> 3)) as u8).collect();
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 2000)).unwrap();
     p.e[A]
         .post_send(
@@ -190,7 +190,7 @@ fn psn_wraps_at_2_pow_24() {
         .unwrap();
     p.run();
     assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success), (2, WcStatus::Success)]);
-    assert_eq!(&src.buf.to_vec()[4096..6096], &data[..]);
+    assert_eq!(&p.mem(&src)[4096..6096], &data[..]);
     let psns: Vec<u32> = p.trace.iter().filter(|(f, _)| *f == A).map(|(_, b)| psn_of(b)).collect();
     assert_eq!(&psns[..5], &[0xff_fffd, 0xff_fffe, 0xff_ffff, 0, 1]);
     let q = p.e[A].query_qp(c.qpn[0]).unwrap();
@@ -236,7 +236,7 @@ fn remote_access_errors() {
                     MrSpec { buf: buf.clone(), offset: 0, length: 4096, iova: Some(0x9000), access },
                 )
                 .unwrap();
-            Region { buf, keys }
+            Region { side: B, buf, keys }
         } else {
             p.region(B, 4096, 0x9000, access)
         };
@@ -261,7 +261,7 @@ fn remote_access_errors() {
         );
         assert_eq!(p.e[A].qp_state(c.qpn[0]), Some(QpState::Err), "{case:?}");
         assert_eq!(p.e[B].qp_state(c.qpn[1]), Some(QpState::Err), "{case:?}");
-        assert_eq!(dst.buf.to_vec(), vec![0u8; 4096], "{case:?}: nothing written");
+        assert_eq!(p.mem(&dst), vec![0u8; 4096], "{case:?}: nothing written");
     }
 }
 
@@ -484,7 +484,7 @@ fn ud_send_and_qkey() {
     let qb = mk(&mut p, B);
     let src = p.region(A, 4096, 0x1000, Access::ALL);
     let dst = p.region(B, 4096, 0x9000, Access::ALL);
-    src.buf.write(0, b"hello, datagram").unwrap();
+    p.put(&src, 0, b"hello, datagram");
     p.e[B].post_recv(qb, RecvWr { wr_id: 1, sg_list: vec![sge(&dst, 0, 1000)] }).unwrap();
     let dest = |qkey| UdDest { av: AddressVector::new(p.ip[B]), remote_qpn: qb, remote_qkey: qkey };
     let mut wr = SendWr::new(10, SendOp::SendWithImm { imm: 3 }, vec![sge(&src, 0, 15)]);
@@ -499,7 +499,7 @@ fn ud_send_and_qkey() {
     assert_eq!(wb.len(), 1);
     assert_eq!((wb[0].byte_len, wb[0].src_qp, wb[0].imm_data), (40 + 15, qa, 3));
     assert_eq!(wb[0].wc_flags & (WC_GRH | WC_WITH_IMM), WC_GRH | WC_WITH_IMM);
-    let got = dst.buf.to_vec();
+    let got = p.mem(&dst);
     assert_eq!(&got[40..55], b"hello, datagram");
     assert_eq!(&got[20 + 12..20 + 16], &[10, 0, 0, 1], "IPv4 source in the GRH area");
     // IPv4 total length: IPv4 + UDP + BTH + DETH + ImmDt + 15 + pad 1 + ICRC.
@@ -564,12 +564,12 @@ fn message_longer_than_the_window() {
     let src = p.region(A, 1 << 17, 0x1000_0000, Access::ALL);
     let dst = p.region(B, 1 << 17, 0x2000_0000, Access::ALL);
     let data: Vec<u8> = (0..1u32 << 17).map(|i| (i * 11) as u8).collect();
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     // 512 packets at MTU 256, twice the default window of 256 PSNs.
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 1 << 17)).unwrap();
     p.run();
     assert_eq!(statuses(&p.poll(A)), vec![(1, WcStatus::Success)]);
-    assert_eq!(dst.buf.to_vec(), data);
+    assert_eq!(p.mem(&dst), data);
     assert_eq!(p.e[A].counters().completer_retry_err, 0, "no timeout needed");
     assert_eq!(p.now, Instant::ZERO, "no timer ever fired");
 }
@@ -656,7 +656,7 @@ fn uc_write_and_send_and_a_lost_packet() {
     let src = p.region(A, 8192, 0x1000, Access::ALL);
     let dst = p.region(B, 8192, 0x9000, Access::ALL);
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 5) as u8).collect();
-    src.buf.write(0, &data).unwrap();
+    p.put(&src, 0, &data);
     // READ is not a UC operation.
     let read = SendOp::Read { remote_addr: dst.keys.addr, rkey: dst.keys.rkey };
     assert!(matches!(p.e[A].post_send(qpn[0], SendWr::new(9, read, vec![])), Err(VerbsError::Invalid(_))));
@@ -675,7 +675,7 @@ fn uc_write_and_send_and_a_lost_packet() {
     // The requester completes every WR once sent; nothing is acknowledged.
     assert_eq!(statuses(&p.poll(A)), (1..=3).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>());
     assert!(p.trace.iter().all(|(f, _)| *f == A), "UC responders send nothing");
-    let got = dst.buf.to_vec();
+    let got = p.mem(&dst);
     assert_eq!(&got[..256], &data[..256], "the first packet of the broken WRITE landed");
     assert_eq!(&got[256..1000], &vec![0u8; 744][..], "the rest of the broken WRITE was dropped");
     assert_eq!(&got[2000..2500], &data[1000..1500], "the next WRITE landed whole");
@@ -717,7 +717,7 @@ fn a_lost_read_response_restarts_the_reads_once() {
         p.region(B, 1 << 16, 0x2000_0000, Access::LOCAL_WRITE | Access::REMOTE_READ),
     );
     let pattern: Vec<u8> = (0..1u32 << 16).map(|i| (i * 7 + 1) as u8).collect();
-    b_mem.buf.write(0, &pattern).unwrap();
+    p.put(&b_mem, 0, &pattern);
     let c = p.connect(PathMtu::Mtu1024, [100, 200], |_| {});
     for (i, off) in [0u64, 8192].into_iter().enumerate() {
         let op = SendOp::Read { remote_addr: b_mem.keys.addr + off, rkey: b_mem.keys.rkey };
@@ -736,8 +736,7 @@ fn a_lost_read_response_restarts_the_reads_once() {
     );
     let wcs: Vec<_> = p.poll(A).iter().map(|w| (w.wr_id, w.status)).collect();
     assert_eq!(wcs, [(1, WcStatus::Success), (2, WcStatus::Success)]);
-    let mut got = vec![0u8; 16384];
-    a_mem.buf.read(0, &mut got).unwrap();
+    let got = p.get(&a_mem, 0, 16384);
     assert!(got == pattern[..16384], "READ data differs");
     let requests = p.trace.iter().filter(|(from, b)| *from == A && b[0] == 0x0c).count();
     assert_eq!(requests, 4, "2 READs, then once more from the gap: the rest of the first and the second");

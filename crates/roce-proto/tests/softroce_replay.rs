@@ -100,14 +100,13 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
     let mut eng = Engine::new(EngineConfig::new(vec![resp_ip]), 1);
     let pd = eng.alloc_pd();
     let cq = eng.create_cq(1024).unwrap();
-    let mut mrs: BTreeMap<u32, (MrKeys, std::sync::Arc<MemBuf>)> = BTreeMap::new();
+    let mut mrs: BTreeMap<u32, MrKeys> = BTreeMap::new();
     for (&rkey, &(lo, hi)) in &ranges {
-        let buf = MemBuf::new((hi - lo) as usize);
         let keys = eng
             .reg_mr(
                 pd,
                 MrSpec {
-                    buf: buf.clone(),
+                    buf: MemBuf::new((hi - lo) as usize),
                     offset: 0,
                     length: (hi - lo) as usize,
                     iova: Some(lo),
@@ -115,7 +114,7 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
                 },
             )
             .unwrap();
-        mrs.insert(rkey, (keys, buf));
+        mrs.insert(rkey, keys);
     }
     // Preset memory: READ responses reveal the bytes, atomic ACKs the words.
     let by_psn: BTreeMap<u32, &Resp> = captured.iter().map(|r| (r.psn.value(), r)).collect();
@@ -125,20 +124,20 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
         match p.info().unwrap().operation {
             Operation::RdmaReadRequest => {
                 let reth = p.ext.reth.unwrap();
-                let (keys, buf) = &mrs[&reth.rkey];
+                let keys = &mrs[&reth.rkey];
                 let mut data = Vec::new();
                 let mut psn = p.bth.psn;
                 while (data.len() as u32) < reth.dma_len {
                     data.extend_from_slice(&by_psn[&psn.value()].payload);
                     psn = psn.next();
                 }
-                buf.write((reth.va - keys.addr) as usize, &data).unwrap();
+                eng.mr_write(keys.lkey, (reth.va - keys.addr) as usize, &data).unwrap();
             }
             Operation::CompareSwap | Operation::FetchAdd => {
                 let a = p.ext.atomic_eth.unwrap();
-                let (keys, buf) = &mrs[&a.rkey];
+                let keys = &mrs[&a.rkey];
                 let orig = by_psn[&p.bth.psn.value()].orig.unwrap();
-                buf.write((a.va - keys.addr) as usize, &orig.to_ne_bytes()).unwrap();
+                eng.mr_write(keys.lkey, (a.va - keys.addr) as usize, &orig.to_ne_bytes()).unwrap();
             }
             _ => {}
         }
@@ -204,12 +203,12 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
         let mut r = f.repr();
         r.packet.bth.dest_qp = qpn;
         if let Some(reth) = &mut r.packet.ext.reth {
-            if let Some((k, _)) = mrs.get(&reth.rkey) {
+            if let Some(k) = mrs.get(&reth.rkey) {
                 reth.rkey = k.rkey;
             }
         }
         if let Some(at) = &mut r.packet.ext.atomic_eth {
-            at.rkey = mrs[&at.rkey].0.rkey;
+            at.rkey = mrs[&at.rkey].rkey;
         }
         let frame = r.to_vec().unwrap();
         let (meta, udp_payload) = match r.net {

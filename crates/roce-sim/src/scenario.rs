@@ -80,10 +80,9 @@ impl RcPair {
             let e = net.engine_mut(host);
             let pd = e.alloc_pd();
             let cq = e.create_cq(1024).expect("CQ");
-            let mem = MemBuf::new(o.mem_len);
             let pattern: Vec<u8> =
                 (0..o.mem_len).map(|k| (k as u8).wrapping_mul(7).wrapping_add(i as u8 * 101)).collect();
-            mem.write(0, &pattern).expect("fits");
+            let mem = MemBuf::from_slice(&pattern);
             let spec = MrSpec {
                 buf: mem.clone(),
                 offset: 0,

@@ -70,8 +70,9 @@ fn stale_sequence_nak_does_not_rewind_a_read() {
     assert_eq!(got, want, "trace:\n{}", p.trace_text());
     let mut want = vec![0; 3072];
     let mut have = vec![0; 3072];
-    p.sides[1].mem.read(0, &mut want).unwrap();
-    p.sides[0].mem.read(0x4000, &mut have).unwrap();
+    let (a_mr, b_mr) = (p.sides[0].mr, p.sides[1].mr);
+    p.engine(1).mr_read(b_mr.lkey, 0, &mut want).unwrap();
+    p.engine(0).mr_read(a_mr.lkey, 0x4000, &mut have).unwrap();
     assert!(want == have, "READ data differs");
 }
 

@@ -126,7 +126,7 @@ fn end(busy: bool) -> End {
     let pd = dev.alloc_pd().unwrap();
     let cq = dev.create_cq(4096).unwrap();
     let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
-    let mr = pd.reg_mr(MemBuf::new(64 << 20), Access::ALL).unwrap();
+    let mr = pd.reg_mr(alloc_buffer(64 << 20), Access::ALL).unwrap();
     End { dev, _pd: pd, cq, qp, mr }
 }
 
@@ -231,13 +231,13 @@ fn roce_write_lat(iters: usize) -> f64 {
                 // wait for the peer's i-th write first
                 loop {
                     me.dev.progress().unwrap();
-                    me.mr.buf().read(0, &mut word).unwrap();
+                    me.mr.read(0, &mut word).unwrap();
                     if u64::from_le_bytes(word) >= i {
                         break;
                     }
                 }
             }
-            me.mr.buf().write(8, &i.to_le_bytes()).unwrap();
+            me.mr.write(8, &i.to_le_bytes()).unwrap();
             let mut wr = SendWr::new(i, SendOp::Write { remote_addr: raddr, rkey }, vec![me.mr.sge(8, 8)]);
             wr.inline = true;
             wr.signaled = i % 64 == 0;
@@ -245,7 +245,7 @@ fn roce_write_lat(iters: usize) -> f64 {
             if first {
                 loop {
                     me.dev.progress().unwrap();
-                    me.mr.buf().read(0, &mut word).unwrap();
+                    me.mr.read(0, &mut word).unwrap();
                     if u64::from_le_bytes(word) >= i {
                         break;
                     }

@@ -287,9 +287,11 @@ pub struct Pd {
 /// A registered memory region. The memory stays alive as long as the region
 /// (and as long as the application keeps its own `Arc<MemBuf>`).
 ///
-/// The verbs contract applies: do not write memory that an outstanding work
-/// request is sending or reading into, and do not read memory that a peer
-/// may be writing, until the completion says it is done.
+/// [`Mr::read`], [`Mr::write`] and [`Mr::fill`] reach the memory safely at
+/// any time. The verbs contract still says when its bytes mean something:
+/// memory that an outstanding work request is sending may change under it
+/// only after the completion, and memory a peer may be writing holds the
+/// message only once the completion (or the peer's own signal) says so.
 pub struct Mr {
     pd: Pd,
     keys: MrKeys,
@@ -436,8 +438,47 @@ impl Mr {
     pub fn is_empty(&self) -> bool {
         self.keys.length == 0
     }
+    /// The registered buffer. Holding it is harmless; touching its bytes
+    /// directly takes `unsafe` and the verbs contract (see [`MemBuf`]):
+    /// [`Mr::read`] and [`Mr::write`] are the safe way.
     pub fn buf(&self) -> &Arc<MemBuf> {
         &self.buf
+    }
+
+    /// Copies bytes `[offset, offset + dst.len())` of the region (offsets
+    /// into the region) into `dst`.
+    ///
+    /// Sound whatever the NIC is doing: it takes the device's lock, and the
+    /// NIC touches registered memory only under that lock. The engine, which
+    /// does every copy and atomic of the NIC (receives, incoming WRITEs and
+    /// atomics, READ responses, gathering what it sends), lives in the
+    /// driver's `Core` inside the device's mutex; the driver thread and the
+    /// application's threads (posting, polling, busy-poll progress) reach
+    /// it only through that mutex, and the socket moves datagrams through
+    /// the driver's own buffers, never registered memory. The buffer cannot
+    /// be registered with another device meanwhile (see
+    /// [`VerbsError::BufferOnOtherDevice`]).
+    ///
+    /// What it reads may be part of a message still arriving; the
+    /// completion says when a message is all there.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock();
+        Ok(core.engine.mr_read(self.keys.lkey, offset, dst)?)
+    }
+
+    /// Copies `src` into the region at `offset`; sound for the reasons
+    /// given at [`Mr::read`]. Bytes that an outstanding work request sends
+    /// may go out before or after the change.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock();
+        Ok(core.engine.mr_write(self.keys.lkey, offset, src)?)
+    }
+
+    /// Sets bytes `[offset, offset + n)` of the region to `byte`; see
+    /// [`Mr::write`].
+    pub fn fill(&self, offset: usize, n: usize, byte: u8) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock();
+        Ok(core.engine.mr_fill(self.keys.lkey, offset, n, byte)?)
     }
     /// A scatter/gather element for `[offset, offset+len)` of the region.
     pub fn sge(&self, offset: u64, len: u32) -> Sge {

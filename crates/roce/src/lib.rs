@@ -8,9 +8,11 @@
 //! let cq = dev.create_cq(256)?;
 //! let qp = pd.create_qp(QpBuilder::rc(&cq))?;
 //! let mr = pd.reg_mr(MemBuf::new(4096), Access::ALL)?;
+//! mr.write(0, b"hello")?; // safe whatever the NIC does: under the device lock
 //! # Ok::<(), roce::Error>(())
 //! ```
 
+mod buffer;
 mod capture;
 mod device;
 mod driver;
@@ -20,6 +22,7 @@ mod error;
 #[doc(hidden)]
 pub mod udp;
 
+pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
 pub use device::*;
 pub use error::{Error, Result};
 pub use roce_proto::{

@@ -21,11 +21,12 @@
 //!
 //! # Safety argument
 //!
-//! This module is the crate's only `unsafe`: memory handed to the kernel in
-//! `sendmmsg`/`recvmmsg`. Every `msghdr` points at buffers that live in the
-//! socket's `Scratch` (allocated once, never resized, borrowed mutably for
-//! the whole call) or in the caller's slices (`iovec`, `sockaddr_storage`,
-//! control buffers), with lengths taken from those same buffers; the kernel writes at most `msg_namelen`,
+//! This module is the crate's `unsafe` but for one `madvise` (`buffer`):
+//! memory handed to the kernel in `sendmmsg`/`recvmmsg`. Every `msghdr`
+//! points at buffers that live in the socket's `Scratch` (allocated once,
+//! never resized, borrowed mutably for the whole call) or in the caller's
+//! slices (`iovec`, `sockaddr_storage`, control buffers), with lengths taken
+//! from those same buffers; the kernel writes at most `msg_namelen`,
 //! `msg_controllen` and `iov_len` bytes into them. Control messages are
 //! built and read only through the `CMSG_*` macros of libc over buffers
 //! aligned for `cmsghdr` (a `u64` array) and sized with `CMSG_SPACE`. The

@@ -57,7 +57,7 @@ async fn completions(cq: &Cq, n: usize) -> Vec<Wc> {
 async fn writes(busy: bool) {
     let (x, y) = pair(busy);
     let data: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + 3) as u8).collect();
-    x.mr.buf().write(0, &data[..1 << 20]).unwrap();
+    x.mr.write(0, &data[..1 << 20]).unwrap();
     let mut done = 0;
     let mut posted = 0u64;
     while done < 200 {
@@ -78,7 +78,7 @@ async fn writes(busy: bool) {
         }
     }
     let mut got = vec![0u8; 1_000_000];
-    y.mr.buf().read(0, &mut got).unwrap();
+    y.mr.read(0, &mut got).unwrap();
     assert_eq!(got[..], data[..1_000_000]);
 }
 
@@ -103,14 +103,14 @@ async fn two_tasks_two_cqs() {
     let receiver = tokio::spawn(async move { completions(&yy.cq, 1).await });
     // Let the receiver reach its await first (it may or may not have).
     tokio::task::yield_now().await;
-    x.mr.buf().write(100, b"hello, async").unwrap();
+    x.mr.write(100, b"hello, async").unwrap();
     x.qp.post_send(SendWr::new(1, SendOp::Send, vec![x.mr.sge(100, 12)])).unwrap();
     let sent = completions(&x.cq, 1).await;
     assert_eq!((sent[0].wr_id, sent[0].status), (1, WcStatus::Success));
     let got = receiver.await.unwrap();
     assert_eq!((got[0].wr_id, got[0].status, got[0].byte_len), (9, WcStatus::Success, 12));
     let mut buf = [0u8; 12];
-    y.mr.buf().read(0, &mut buf).unwrap();
+    y.mr.read(0, &mut buf).unwrap();
     assert_eq!(&buf, b"hello, async");
 }
 

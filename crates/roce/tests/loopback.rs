@@ -43,10 +43,10 @@ fn wait_n(cq: &Cq, n: usize) -> Vec<Wc> {
 fn every_operation(a: &str, b: &str) {
     let (x, y) = pair(a, b);
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 7) as u8).collect();
-    x.mr.buf().write(0, &data).unwrap();
+    x.mr.write(0, &data).unwrap();
     // WRITE 300 KB, SEND 10 KB with imm, READ it back, FETCH_ADD, CMP_SWAP
     y.qp.post_recv(RecvWr { wr_id: 100, sg_list: vec![y.mr.sge(500_000, 20_000)] }).unwrap();
-    y.mr.buf().write(900_000, &41u64.to_ne_bytes()).unwrap();
+    y.mr.write(900_000, &41u64.to_ne_bytes()).unwrap();
     let wrs = vec![
         SendWr::new(
             1,
@@ -90,14 +90,18 @@ fn every_operation(a: &str, b: &str) {
     );
     let wy = wait_n(&y.cq, 1);
     assert_eq!((wy[0].wr_id, wy[0].byte_len, wy[0].imm_data), (100, 10_000, 0x1234));
-    let yb = y.mr.buf().to_vec();
+    let mut yb = vec![0; y.mr.len()];
+    y.mr.read(0, &mut yb).unwrap();
     assert_eq!(&yb[..300_000], &data[..]);
     assert_eq!(&yb[500_000..510_000], &data[1000..11_000]);
     assert_eq!(u64::from_ne_bytes(yb[900_000..900_008].try_into().unwrap()), 7);
-    let xb = x.mr.buf().to_vec();
+    let mut xb = vec![0; x.mr.len()];
+    x.mr.read(0, &mut xb).unwrap();
     assert_eq!(&xb[400_000..500_000], &data[5..100_005]);
     assert_eq!(u64::from_ne_bytes(xb[600_000..600_008].try_into().unwrap()), 41);
     assert_eq!(u64::from_ne_bytes(xb[600_008..600_016].try_into().unwrap()), 42);
+    assert!(x.mr.read(x.mr.len() - 1, &mut [0; 2]).is_err(), "a read past the region");
+    assert!(x.mr.fill(x.mr.len(), 1, 0).is_err(), "a fill past the region");
     for d in [&x.dev, &y.dev] {
         let c = d.counters();
         assert_eq!((c.icrc_errors, c.malformed_dropped), (0, 0), "{c:?}");

@@ -54,7 +54,7 @@ fn node(id: u64, bind: &str, gso: bool) -> std::result::Result<(), String> {
     let pd = dev.alloc_pd().map_err(e)?;
     let cq = dev.create_cq(4096).map_err(e)?;
     let mr = pd.reg_mr(MemBuf::new(TOTAL as usize), Access::ALL).map_err(e)?;
-    mr.buf().write(R_BASE as usize, &pattern(id, id, 9, R_LEN as usize)).unwrap();
+    mr.write(R_BASE as usize, &pattern(id, id, 9, R_LEN as usize)).unwrap();
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     let mut line = || lines.next().and_then(|l| l.ok()).ok_or_else(|| "orchestrator went away".to_string());
@@ -126,8 +126,8 @@ fn node(id: u64, bind: &str, gso: bool) -> std::result::Result<(), String> {
         let w = pattern(id, peer, 1, W_LEN as usize);
         let s = pattern(id, peer, 2, S_LEN as usize);
         let so = peer * 8192;
-        scratch.buf().write(0, &w).unwrap();
-        scratch.buf().write(W_LEN as usize, &s).unwrap();
+        scratch.write(0, &w).unwrap();
+        scratch.write(W_LEN as usize, &s).unwrap();
         let wrs = vec![
             SendWr::new(
                 1,
@@ -161,7 +161,9 @@ fn node(id: u64, bind: &str, gso: bool) -> std::result::Result<(), String> {
         );
         qp.post_send_batch(vec![rd, fa, cs]).map_err(e)?;
         wait(&cq, 3, &mut recvs)?;
-        if scratch.buf().to_vec()[..R_LEN as usize] != pattern(peer, peer, 9, R_LEN as usize)[..] {
+        let mut got = vec![0; R_LEN as usize];
+        scratch.read(0, &mut got).map_err(e)?;
+        if got != pattern(peer, peer, 9, R_LEN as usize) {
             return Err(format!("READ from {peer}: data differs"));
         }
     }
@@ -182,7 +184,8 @@ fn node(id: u64, bind: &str, gso: bool) -> std::result::Result<(), String> {
         return Err("expected CHECK".into());
     }
     // Everything the peers did to our memory.
-    let mem = mr.buf().to_vec();
+    let mut mem = vec![0; mr.len()];
+    mr.read(0, &mut mem).map_err(e)?;
     let mut total = 0u64;
     for peer in 0..n {
         if peer == id {

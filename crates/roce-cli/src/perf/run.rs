@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use roce::{
-    Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, MemBuf, Mr, PathMtu, Pd, Psn, Qp, QpBuilder,
-    QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
+    alloc_buffer, Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu, Pd, Psn, Qp,
+    QpBuilder, QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
 };
 use serde_json::{json, Value};
 
@@ -54,6 +54,13 @@ fn mismatch(qp: usize, got: &[u8]) -> Option<String> {
             want[k]
         )
     })
+}
+
+/// The 64-bit word (host order, as RDMA atomics leave it) at `at`.
+fn read_u64(mr: &Mr, at: usize) -> Result<u64> {
+    let mut w = [0u8; 8];
+    mr.read(at, &mut w)?;
+    Ok(u64::from_ne_bytes(w))
 }
 
 /// Everything `setup` creates.
@@ -281,7 +288,7 @@ impl RdmaSide {
         }
         for (qi, mr) in res.mrs.iter().enumerate() {
             let mut got = vec![0u8; n];
-            if mr.buf().read(res.half, &mut got).is_err() {
+            if mr.read(res.half, &mut got).is_err() {
                 return Verdict::Bad("data check: buffer too small".into());
             }
             if let Some(m) = mismatch(qi, &got) {
@@ -300,7 +307,7 @@ impl RdmaSide {
         let mut bad = Vec::new();
         for (qi, mr) in self.res().mrs.iter().enumerate() {
             let mut got = vec![0u8; size as usize];
-            match mr.buf().read(0, &mut got) {
+            match mr.read(0, &mut got) {
                 Ok(()) => bad.extend(mismatch(qi, &got)),
                 Err(e) => bad.push(e.to_string()),
             }
@@ -385,16 +392,15 @@ impl Side for RdmaSide {
                     .max_sge(1, 1)
                     .max_inline_data(0),
             )?;
-            let buf = MemBuf::new(2 * half);
+            let mr = pd.reg_mr(alloc_buffer(2 * half), Access::ALL)?;
             let fill = match c.test.verb {
                 Verb::Write | Verb::Send => Some(0),
                 Verb::Read => Some(half),
                 Verb::Atomic => None,
             };
             if let Some(at) = fill {
-                buf.write(at, &pattern(qi, half)).map_err(|e| Error(e.to_string()))?;
+                mr.write(at, &pattern(qi, half))?;
             }
-            let mr = pd.reg_mr(buf, Access::ALL)?;
             local.push(KeyMsg {
                 lid: 0,
                 out_reads: if matches!(c.test.verb, Verb::Read | Verb::Atomic) {
@@ -713,7 +719,7 @@ impl Side for RdmaSide {
             Verb::Read => Verdict::Skipped,
             Verb::Atomic => {
                 let res = self.res();
-                let sum: u64 = res.mrs.iter().map(|m| m.buf().load_u64(res.half).unwrap_or(0)).sum();
+                let sum: u64 = res.mrs.iter().map(|m| read_u64(m, res.half).unwrap_or(0)).sum();
                 if sum == peer_iters {
                     self.checked = true;
                     Verdict::Ok

@@ -26,6 +26,8 @@ pub struct Conn {
 }
 
 pub struct Region {
+    /// The engine it is registered with (`A` or `B`).
+    pub side: usize,
     pub buf: Arc<MemBuf>,
     pub keys: MrKeys,
 }
@@ -50,7 +52,30 @@ impl Pair {
                 MrSpec { buf: buf.clone(), offset: 0, length: len, iova: Some(iova), access },
             )
             .unwrap();
-        Region { buf, keys }
+        Region { side, buf, keys }
+    }
+
+    /// Writes `data` at `off` of a region, through its engine.
+    pub fn put(&mut self, r: &Region, off: usize, data: &[u8]) {
+        self.e[r.side].mr_write(r.keys.lkey, off, data).unwrap();
+    }
+
+    /// Bytes `[off, off + len)` of a region, through its engine.
+    pub fn get(&mut self, r: &Region, off: usize, len: usize) -> Vec<u8> {
+        let mut v = vec![0; len];
+        self.e[r.side].mr_read(r.keys.lkey, off, &mut v).unwrap();
+        v
+    }
+
+    /// All of a region.
+    pub fn mem(&mut self, r: &Region) -> Vec<u8> {
+        self.get(r, 0, r.keys.length as usize)
+    }
+
+    /// The 64-bit word at `off` of a region, in host order (as atomics
+    /// leave it).
+    pub fn word(&mut self, r: &Region, off: usize) -> u64 {
+        u64::from_ne_bytes(self.get(r, off, 8).try_into().unwrap())
     }
 
     pub fn qp_init(&self, side: usize, t: QpType) -> QpInitAttr {

@@ -66,7 +66,9 @@ pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|x| err("SRQ", x))?;
         let mem = MemBuf::new(hp.mem_len);
-        mem.write(0, &hp.init).map_err(|x| err("memory", x))?;
+        // SAFETY: the buffer is new and registered nowhere yet: nothing
+        // else can access it.
+        unsafe { mem.write(0, &hp.init) }.map_err(|x| err("memory", x))?;
         let keys = hp
             .mrs
             .iter()

@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use roce::{Device, MemBuf, WC_ZERO};
+use roce::{Device, Mr, WC_ZERO};
 
-use super::{pattern_byte, take, wait_one, RdmaSide, Stall};
+use super::{pattern_byte, read_u64, take, wait_one, RdmaSide, Stall};
 use crate::perf::exchange::{Role, Verdict};
 use crate::perf::flow::Lat;
 use crate::perf::report;
-use crate::perf::{Error, Result, Verb};
+use crate::perf::{Result, Verb};
 
 impl RdmaSide {
     fn lat_result(&self, size: u64, posted: &[Instant], iters: u64, span: Duration) -> Lat {
@@ -28,7 +28,7 @@ impl RdmaSide {
         let (n, deadline) = (c.iters.unwrap_or(u64::MAX), c.duration.map(|d| Instant::now() + d));
         let server = self.role == Role::Server;
         let res = self.res();
-        let (qp, buf) = (&res.qps[0], res.mrs[0].buf().clone());
+        let (qp, mr) = (&res.qps[0], &res.mrs[0]);
         let (poll_at, post_at) = (res.half + size as usize - 1, size as usize - 1);
         let mut stall = Stall::new(c.timeout);
         let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
@@ -38,7 +38,7 @@ impl RdmaSide {
             if rcnt < n && !(scnt < 1 && server) {
                 rcnt += 1;
                 let pump = c.busy_poll.then_some(&self.dev);
-                if !wait_byte(&buf, poll_at, rcnt as u8, pump, deadline, &mut stall)? {
+                if !wait_byte(mr, poll_at, rcnt as u8, pump, deadline, &mut stall)? {
                     break;
                 }
             }
@@ -47,7 +47,7 @@ impl RdmaSide {
                     posted.push(Instant::now());
                 }
                 scnt += 1;
-                buf.write(post_at, &[scnt as u8]).map_err(|e| Error(e.to_string()))?;
+                mr.write(post_at, &[scnt as u8])?;
                 qp.post_send(self.wr(0, scnt - 1, size, true))?;
             }
             if ccnt < n {
@@ -61,7 +61,7 @@ impl RdmaSide {
         let span = start.elapsed();
         // The counter byte goes back to the pattern: with -a, later (larger)
         // messages carry it.
-        buf.write(post_at, &[pattern_byte(0, post_at)]).map_err(|e| Error(e.to_string()))?;
+        mr.write(post_at, &[pattern_byte(0, post_at)])?;
         if c.verify && self.peer_is_roce {
             if let Verdict::Bad(m) = self.check_received(size, true) {
                 self.failures.push(m);
@@ -141,7 +141,7 @@ impl RdmaSide {
             wait_one(&res.scq, &mut stall, what)?;
             if check_atomics && bad.is_none() {
                 // The word starts at 0 and every operation moves it on by one.
-                let got = res.mrs[0].buf().load_u64(slot as usize).unwrap_or(u64::MAX);
+                let got = read_u64(&res.mrs[0], slot as usize).unwrap_or(u64::MAX);
                 if got != done {
                     bad = Some(format!("data check failed: atomic {done} returned {got}, expected {done}"));
                 }
@@ -158,11 +158,11 @@ impl RdmaSide {
     }
 }
 
-/// Spins until byte `at` of `buf` equals `want`, driving `pump` (a
+/// Spins until byte `at` of `mr` equals `want`, driving `pump` (a
 /// busy-polling device) meanwhile. Returns false when the deadline of a
 /// timed run passes first.
 fn wait_byte(
-    buf: &MemBuf,
+    mr: &Mr,
     at: usize,
     want: u8,
     pump: Option<&Device>,
@@ -175,7 +175,7 @@ fn wait_byte(
         if let Some(dev) = pump {
             dev.progress()?;
         }
-        buf.read(at, &mut b).map_err(|e| Error(e.to_string()))?;
+        mr.read(at, &mut b)?;
         if b[0] == want {
             stall.progress();
             return Ok(true);
