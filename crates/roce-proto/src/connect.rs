@@ -5,7 +5,9 @@
 use roce_wire::Psn;
 
 use crate::engine::Engine;
-use crate::verbs::{Access, AddressVector, AttrMask as M, PathMtu, QpAttr, QpState, QpType, VerbsError};
+use crate::verbs::{
+    Access, AddressVector, AttrMask as M, Invalid, Object, PathMtu, QpAttr, QpState, QpType, VerbsError,
+};
 
 /// What an RC or UC QP needs to reach RTS towards a peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,10 +54,10 @@ impl Engine {
     /// Moves a QP in RESET to RTS towards its peer, three `modify_qp` calls.
     /// UC QPs take only the attributes UC has.
     pub fn connect_qp(&mut self, qpn: u32, c: &ConnectAttr) -> Result<(), VerbsError> {
-        let rc = match self.qp_type(qpn).ok_or(VerbsError::NotFound("QP"))? {
+        let rc = match self.qp_type(qpn).ok_or(VerbsError::NotFound(Object::Qp))? {
             QpType::Rc => true,
             QpType::Uc => false,
-            QpType::Ud => return Err(VerbsError::Invalid("UD QPs are not connected")),
+            QpType::Ud => return Err(Invalid::UdNotConnected.into()),
         };
         let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: c.access, ..QpAttr::default() };
         self.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS)?;

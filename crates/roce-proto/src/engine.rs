@@ -120,9 +120,9 @@ impl Engine {
 
     /// Frees a PD; refused while MRs, QPs or SRQs use it.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), VerbsError> {
-        let users = *self.res.pds.get(&pd.0).ok_or(VerbsError::NotFound("PD"))?;
+        let users = *self.res.pds.get(&pd.0).ok_or(VerbsError::NotFound(Object::Pd))?;
         if users > 0 || self.res.mrs.count_in_pd(pd) > 0 {
-            return Err(VerbsError::Busy("PD has MRs, QPs or SRQs"));
+            return Err(VerbsError::InUse(Object::Pd));
         }
         self.res.pds.remove(&pd.0);
         Ok(())
@@ -144,27 +144,34 @@ impl Engine {
     /// fails with [`VerbsError::BufferOnOtherDevice`] (see [`MemBuf`](crate::MemBuf)).
     pub fn reg_mr(&mut self, pd: PdId, spec: MrSpec) -> Result<MrKeys, VerbsError> {
         if !self.res.pds.contains_key(&pd.0) {
-            return Err(VerbsError::NotFound("PD"));
+            return Err(VerbsError::NotFound(Object::Pd));
         }
         let a = spec.access;
         if (a.contains(Access::REMOTE_WRITE) || a.contains(Access::REMOTE_ATOMIC))
             && !a.contains(Access::LOCAL_WRITE)
         {
-            return Err(VerbsError::Invalid("remote write/atomic access requires local write"));
+            return Err(Invalid::RemoteAccessWithoutLocalWrite.into());
         }
         if a.0 & !Access::ALL.0 != 0 {
-            return Err(VerbsError::Invalid("unknown access flags"));
+            return Err(Invalid::UnknownAccessFlags(a.0 & !Access::ALL.0).into());
         }
         match spec.offset.checked_add(spec.length) {
             Some(end) if end <= spec.buf.len() => {}
-            _ => return Err(VerbsError::Invalid("region lies outside the buffer")),
+            _ => {
+                return Err(Invalid::RegionOutsideBuffer {
+                    offset: spec.offset,
+                    length: spec.length,
+                    size: spec.buf.len(),
+                }
+                .into())
+            }
         }
         if self.res.mrs.count_in_pd(pd) >= self.res.cfg.max_mr {
-            return Err(VerbsError::NoResources("MRs"));
+            return Err(VerbsError::NoResources(Object::Mr));
         }
         let iova = spec.iova.unwrap_or(spec.buf.addr() + spec.offset as u64);
         if iova.checked_add(spec.length as u64).is_none() {
-            return Err(VerbsError::Invalid("iova + length overflows"));
+            return Err(Invalid::IovaOverflow { iova, length: spec.length }.into());
         }
         // Bound before the keys are drawn: a refusal leaves no trace.
         let buf = self.res.mrs.bind(spec.buf)?;
@@ -190,7 +197,7 @@ impl Engine {
     }
 
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), VerbsError> {
-        self.res.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound("MR"))
+        self.res.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound(Object::Mr))
     }
 
     /// Copies bytes `[offset, offset + dst.len())` of the region `lkey`
@@ -222,7 +229,7 @@ impl Engine {
 
     pub fn create_cq(&mut self, depth: usize) -> Result<CqId, VerbsError> {
         if depth == 0 || depth > self.res.cfg.max_cqe {
-            return Err(VerbsError::Invalid("CQ depth out of range"));
+            return Err(Invalid::CqDepth { depth, max: self.res.cfg.max_cqe }.into());
         }
         let id = self.next_cq;
         self.next_cq += 1;
@@ -231,9 +238,9 @@ impl Engine {
     }
 
     pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), VerbsError> {
-        let c = self.res.cqs.get(&cq.0).ok_or(VerbsError::NotFound("CQ"))?;
+        let c = self.res.cqs.get(&cq.0).ok_or(VerbsError::NotFound(Object::Cq))?;
         if c.users > 0 {
-            return Err(VerbsError::Busy("CQ is used by QPs"));
+            return Err(VerbsError::InUse(Object::Cq));
         }
         self.res.cqs.remove(&cq.0);
         Ok(())
@@ -242,7 +249,7 @@ impl Engine {
     /// Takes up to `out.len()` completions (`ibv_poll_cq`). An overflowed CQ
     /// returns `CqOverflow`.
     pub fn poll_cq(&mut self, cq: CqId, out: &mut [Wc]) -> Result<usize, VerbsError> {
-        let c = self.res.cqs.get_mut(&cq.0).ok_or(VerbsError::NotFound("CQ"))?;
+        let c = self.res.cqs.get_mut(&cq.0).ok_or(VerbsError::NotFound(Object::Cq))?;
         if c.overflowed {
             return Err(VerbsError::CqOverflow);
         }
@@ -262,10 +269,16 @@ impl Engine {
 
     pub fn create_srq(&mut self, pd: PdId, max_wr: u32, max_sge: u32) -> Result<SrqId, VerbsError> {
         if !self.res.pds.contains_key(&pd.0) {
-            return Err(VerbsError::NotFound("PD"));
+            return Err(VerbsError::NotFound(Object::Pd));
         }
         if max_wr == 0 || max_wr > self.res.cfg.max_qp_wr || max_sge > self.res.cfg.max_sge {
-            return Err(VerbsError::Invalid("SRQ size out of range"));
+            return Err(Invalid::SrqSize {
+                max_wr,
+                max_sge,
+                max_qp_wr: self.res.cfg.max_qp_wr,
+                max_sge_limit: self.res.cfg.max_sge,
+            }
+            .into());
         }
         let id = self.next_srq;
         self.next_srq += 1;
@@ -276,18 +289,18 @@ impl Engine {
 
     /// Arms the SRQ limit event (`ibv_modify_srq` with IBV_SRQ_LIMIT).
     pub fn arm_srq_limit(&mut self, srq: SrqId, limit: u32) -> Result<(), VerbsError> {
-        let s = self.res.srqs.get_mut(&srq.0).ok_or(VerbsError::NotFound("SRQ"))?;
+        let s = self.res.srqs.get_mut(&srq.0).ok_or(VerbsError::NotFound(Object::Srq))?;
         if limit > s.max_wr {
-            return Err(VerbsError::Invalid("limit exceeds SRQ size"));
+            return Err(Invalid::SrqLimit { limit, max_wr: s.max_wr }.into());
         }
         s.limit = limit;
         Ok(())
     }
 
     pub fn destroy_srq(&mut self, srq: SrqId) -> Result<(), VerbsError> {
-        let s = self.res.srqs.get(&srq.0).ok_or(VerbsError::NotFound("SRQ"))?;
+        let s = self.res.srqs.get(&srq.0).ok_or(VerbsError::NotFound(Object::Srq))?;
         if s.users > 0 {
-            return Err(VerbsError::Busy("SRQ is used by QPs"));
+            return Err(VerbsError::InUse(Object::Srq));
         }
         let pd = s.pd;
         self.res.srqs.remove(&srq.0);
@@ -298,12 +311,17 @@ impl Engine {
     }
 
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), VerbsError> {
-        let s = self.res.srqs.get_mut(&srq.0).ok_or(VerbsError::NotFound("SRQ"))?;
+        let s = self.res.srqs.get_mut(&srq.0).ok_or(VerbsError::NotFound(Object::Srq))?;
         if wr.sg_list.len() > s.max_sge as usize {
-            return Err(VerbsError::Invalid("too many SGEs"));
+            return Err(Invalid::TooManySges {
+                given: wr.sg_list.len(),
+                max: s.max_sge,
+                queue: WorkQueue::Srq,
+            }
+            .into());
         }
         if s.wqes.len() >= s.max_wr as usize {
-            return Err(VerbsError::QueueFull("SRQ"));
+            return Err(VerbsError::QueueFull(WorkQueue::Srq));
         }
         let length = sge_total(&wr.sg_list);
         s.wqes.push_back(RecvWqe { wr, length });
@@ -317,15 +335,15 @@ impl Engine {
     pub fn create_qp(&mut self, init: QpInitAttr) -> Result<u32, VerbsError> {
         let r = &self.res;
         if !r.pds.contains_key(&init.pd.0) {
-            return Err(VerbsError::NotFound("PD"));
+            return Err(VerbsError::NotFound(Object::Pd));
         }
         if !r.cqs.contains_key(&init.send_cq.0) || !r.cqs.contains_key(&init.recv_cq.0) {
-            return Err(VerbsError::NotFound("CQ"));
+            return Err(VerbsError::NotFound(Object::Cq));
         }
         if let Some(s) = init.srq {
-            let srq = r.srqs.get(&s.0).ok_or(VerbsError::NotFound("SRQ"))?;
+            let srq = r.srqs.get(&s.0).ok_or(VerbsError::NotFound(Object::Srq))?;
             if srq.pd != init.pd {
-                return Err(VerbsError::Invalid("SRQ belongs to another PD"));
+                return Err(Invalid::SrqInOtherPd.into());
             }
         }
         let c = &init.cap;
@@ -336,10 +354,10 @@ impl Engine {
             || c.max_recv_sge > r.cfg.max_sge
             || c.max_inline_data > r.cfg.max_inline
         {
-            return Err(VerbsError::Invalid("QP capabilities exceed the device limits"));
+            return Err(Invalid::QpCaps(*c).into());
         }
         if self.qps.len() >= r.cfg.max_qp {
-            return Err(VerbsError::NoResources("QPs"));
+            return Err(VerbsError::NoResources(Object::Qp));
         }
         let qpn = loop {
             let n = self.rng.next_u32() & limits::QPN_MASK;
@@ -360,7 +378,7 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
         if let Some(t) = qp.timer_key {
             self.timers.remove(&(t, qpn));
         }
@@ -382,7 +400,7 @@ impl Engine {
 
     /// Current state and attributes of a QP (`ibv_query_qp`).
     pub fn query_qp(&self, qpn: u32) -> Result<QpAttr, VerbsError> {
-        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
         let mut a = qp.core.attr;
         a.qp_state = qp.core.state;
         a.cur_qp_state = qp.core.state;
@@ -403,10 +421,14 @@ impl Engine {
     /// exists and is of the destination's IP family (what `modify_qp` and
     /// a UD `post_send` check; drivers check address handles with it).
     pub fn check_av(&self, av: &AddressVector) -> Result<(), VerbsError> {
-        let sgid =
-            self.res.cfg.gids.get(usize::from(av.sgid_index)).ok_or(VerbsError::Invalid("sgid_index"))?;
+        let sgid = self
+            .res
+            .cfg
+            .gids
+            .get(usize::from(av.sgid_index))
+            .ok_or(VerbsError::Invalid(Invalid::SgidIndex(av.sgid_index)))?;
         if sgid.is_ipv4() != av.dgid.is_ipv4() {
-            return Err(VerbsError::Invalid("source and destination GIDs are of different IP families"));
+            return Err(Invalid::MixedIpFamilies.into());
         }
         Ok(())
     }
@@ -414,7 +436,7 @@ impl Engine {
     /// `ibv_modify_qp`: checks the transition and the attribute mask against
     /// the table of ibv_modify_qp(3), validates values, applies them.
     pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: AttrMask) -> Result<(), VerbsError> {
-        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        let qp = self.qps.get(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
         let to = qp::check_modify(&qp.core, attr, mask)?;
         if mask.contains(AttrMask::AV) {
             self.check_av(&attr.av)?;
@@ -455,7 +477,7 @@ impl Engine {
         if let Some(d) = &wr.ud {
             self.check_av(&d.av)?;
         }
-        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("QP"))?;
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
         let q = &mut qp.core;
         let cfg = &self.res.cfg;
         match q.state {
@@ -463,10 +485,15 @@ impl Engine {
             s => return Err(VerbsError::BadState(s)),
         }
         if q.sq.len() >= q.init.cap.max_send_wr as usize {
-            return Err(VerbsError::QueueFull("send queue"));
+            return Err(VerbsError::QueueFull(WorkQueue::Send));
         }
         if wr.sg_list.len() > q.init.cap.max_send_sge as usize {
-            return Err(VerbsError::Invalid("more SGEs than max_send_sge"));
+            return Err(Invalid::TooManySges {
+                given: wr.sg_list.len(),
+                max: q.init.cap.max_send_sge,
+                queue: WorkQueue::Send,
+            }
+            .into());
         }
         let t = q.init.qp_type;
         match (&wr.op, t) {
@@ -474,18 +501,18 @@ impl Engine {
             (SendOp::SendWithInv { .. }, QpType::Rc | QpType::Uc) => {}
             (SendOp::Write { .. } | SendOp::WriteWithImm { .. }, QpType::Rc | QpType::Uc) => {}
             (SendOp::Read { .. } | SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. }, QpType::Rc) => {}
-            _ => return Err(VerbsError::Invalid("operation not supported on this QP type")),
+            _ => return Err(Invalid::OpNotSupported { op: wr.op, qp_type: t }.into()),
         }
         let length = sge_total(&wr.sg_list);
         if length > cfg.max_msg_size {
-            return Err(VerbsError::Invalid("message larger than max_msg_size"));
+            return Err(Invalid::MessageTooLong { length, max: cfg.max_msg_size }.into());
         }
         if t == QpType::Ud {
             if wr.ud.is_none() {
-                return Err(VerbsError::Invalid("UD send needs a destination"));
+                return Err(Invalid::UdWithoutDestination.into());
             }
             if length > q.mtu() as u64 {
-                return Err(VerbsError::Invalid("UD message larger than the MTU"));
+                return Err(Invalid::MessageTooLong { length, max: q.mtu() as u64 }.into());
             }
         }
         let remote = match wr.op {
@@ -497,35 +524,35 @@ impl Engine {
             _ => None,
         };
         if remote.is_some_and(|a| a.checked_add(length.max(8)).is_none()) {
-            return Err(VerbsError::Invalid("remote address + length overflows 64 bits"));
+            return Err(Invalid::RemoteRangeOverflow.into());
         }
         if wr.op.is_atomic() {
             if length != 8 || wr.sg_list.len() != 1 {
-                return Err(VerbsError::Invalid("atomics take one 8-byte SGE"));
+                return Err(Invalid::AtomicSge.into());
             }
             let addr = match wr.op {
                 SendOp::CompareSwap { remote_addr, .. } | SendOp::FetchAdd { remote_addr, .. } => remote_addr,
                 _ => 0,
             };
             if addr % 8 != 0 {
-                return Err(VerbsError::Invalid("atomic remote address not 8-byte aligned"));
+                return Err(Invalid::AtomicAlignment(addr).into());
             }
         }
         if wr.op.is_read_or_atomic() && q.attr.max_rd_atomic == 0 {
-            return Err(VerbsError::Invalid("max_rd_atomic is 0: no RDMA READ or atomics on this QP"));
+            return Err(Invalid::NoReadAtomicInitiator.into());
         }
         let inline_data = if wr.inline {
             if wr.op.is_read_or_atomic() {
-                return Err(VerbsError::Invalid("inline READ or atomic"));
+                return Err(Invalid::InlineReadAtomic.into());
             }
             if length > u64::from(q.init.cap.max_inline_data) {
-                return Err(VerbsError::Invalid("inline data larger than max_inline_data"));
+                return Err(Invalid::InlineTooLong { length, max: q.init.cap.max_inline_data }.into());
             }
             let mut data = InlineData::zeroed(length as usize);
             self.res
                 .mrs
                 .gather(&wr.sg_list, q.init.pd, 0, data.as_mut_slice())
-                .map_err(|_| VerbsError::Access("inline data SGE not readable"))?;
+                .map_err(|_| VerbsError::LocalProtection)?;
             Some(data)
         } else {
             None
@@ -552,18 +579,23 @@ impl Engine {
 
     /// Posts a receive work request (`ibv_post_recv`).
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), VerbsError> {
-        let q = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound("QP"))?.core;
+        let q = &mut self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?.core;
         if q.init.srq.is_some() {
-            return Err(VerbsError::Invalid("QP uses an SRQ"));
+            return Err(Invalid::QpUsesSrq.into());
         }
         if q.state == QpState::Reset {
             return Err(VerbsError::BadState(QpState::Reset));
         }
         if q.rq.len() >= q.init.cap.max_recv_wr as usize {
-            return Err(VerbsError::QueueFull("receive queue"));
+            return Err(VerbsError::QueueFull(WorkQueue::Recv));
         }
         if wr.sg_list.len() > q.init.cap.max_recv_sge as usize {
-            return Err(VerbsError::Invalid("more SGEs than max_recv_sge"));
+            return Err(Invalid::TooManySges {
+                given: wr.sg_list.len(),
+                max: q.init.cap.max_recv_sge,
+                queue: WorkQueue::Recv,
+            }
+            .into());
         }
         let length = sge_total(&wr.sg_list);
         q.rq.push_back(RecvWqe { wr, length });

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::mem::{EngineId, MemBuf, NicBuf};
-use crate::verbs::{Access, PdId, Sge, VerbsError};
+use crate::verbs::{Access, Object, PdId, Sge, VerbsError};
 
 /// A registered region. It holds its buffer's binding to this engine (see
 /// `mem`), which ends when the record is dropped: deregistration or the
@@ -94,7 +94,7 @@ impl MrTable {
     /// flags and remote invalidation guard the memory against the network,
     /// not against its owner.
     fn app_range(&self, lkey: u32, offset: usize, len: usize) -> Result<(&NicBuf, usize), VerbsError> {
-        let mr = self.by_lkey.get(&lkey).ok_or(VerbsError::NotFound("MR"))?;
+        let mr = self.by_lkey.get(&lkey).ok_or(VerbsError::NotFound(Object::Mr))?;
         match offset.checked_add(len) {
             // The region lies inside its buffer (checked by reg_mr).
             Some(end) if end <= mr.length => Ok((&mr.buf, mr.offset + offset)),

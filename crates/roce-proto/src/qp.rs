@@ -12,8 +12,8 @@ use crate::limits::{self, MAX_RD_ATOMIC};
 use crate::res::Res;
 use crate::timers::Timers;
 use crate::verbs::{
-    AddressVector, AsyncEvent, AttrMask, QpAttr, QpInitAttr, QpState, QpType, VerbsError, Wc, WcOpcode,
-    WcStatus,
+    AddressVector, AsyncEvent, AttrMask, Invalid, QpAttr, QpInitAttr, QpState, QpType, VerbsError, Wc,
+    WcOpcode, WcStatus,
 };
 use crate::wqe::{RecvWqe, SendWqe};
 
@@ -266,46 +266,46 @@ fn transition_masks(t: QpType, from: QpState, to: QpState) -> Option<(AttrMask, 
 pub(crate) fn check_modify(qp: &QpCore, attr: &QpAttr, mask: AttrMask) -> Result<QpState, VerbsError> {
     let cur = if mask.contains(M::CUR_STATE) { attr.cur_qp_state } else { qp.state };
     if cur != qp.state {
-        return Err(VerbsError::Invalid("cur_qp_state does not match the QP's state"));
+        return Err(Invalid::CurState { given: cur, actual: qp.state }.into());
     }
     let to = if mask.contains(M::STATE) { attr.qp_state } else { qp.state };
     let (req, opt) = transition_masks(qp.init.qp_type, qp.state, to).ok_or(VerbsError::BadState(qp.state))?;
     let given = mask.minus(M::CUR_STATE);
     if !given.contains(req) {
-        return Err(VerbsError::BadMask(req.minus(given).0));
+        return Err(VerbsError::MissingAttrs(req.minus(given)));
     }
     // STATE may always be named: it is what selects the transition (also
     // SQD -> RTS and same-state modifies such as RTS -> RTS).
     let extra = given.minus(req).minus(opt).minus(M::STATE);
     if !extra.is_empty() {
-        return Err(VerbsError::BadMask(extra.0));
+        return Err(VerbsError::UnexpectedAttrs(extra));
     }
     if given.contains(M::MAX_QP_RD_ATOMIC) && attr.max_rd_atomic > MAX_RD_ATOMIC {
-        return Err(VerbsError::Invalid("max_rd_atomic exceeds the device limit"));
+        return Err(Invalid::MaxRdAtomic(attr.max_rd_atomic).into());
     }
     if given.contains(M::MAX_DEST_RD_ATOMIC) && attr.max_dest_rd_atomic > MAX_RD_ATOMIC {
-        return Err(VerbsError::Invalid("max_dest_rd_atomic exceeds the device limit"));
+        return Err(Invalid::MaxDestRdAtomic(attr.max_dest_rd_atomic).into());
     }
     if given.contains(M::RETRY_CNT) && attr.retry_cnt > 7 {
-        return Err(VerbsError::Invalid("retry_cnt is 3 bits"));
+        return Err(Invalid::RetryCnt(attr.retry_cnt).into());
     }
     if given.contains(M::RNR_RETRY) && attr.rnr_retry > 7 {
-        return Err(VerbsError::Invalid("rnr_retry is 3 bits"));
+        return Err(Invalid::RnrRetry(attr.rnr_retry).into());
     }
     if given.contains(M::TIMEOUT) && attr.timeout > 31 {
-        return Err(VerbsError::Invalid("timeout is 5 bits"));
+        return Err(Invalid::Timeout(attr.timeout).into());
     }
     if given.contains(M::MIN_RNR_TIMER) && attr.min_rnr_timer > 31 {
-        return Err(VerbsError::Invalid("min_rnr_timer is 5 bits"));
+        return Err(Invalid::MinRnrTimer(attr.min_rnr_timer).into());
     }
     if given.contains(M::DEST_QPN) && attr.dest_qp_num > 0x00ff_ffff {
-        return Err(VerbsError::Invalid("dest_qp_num is 24 bits"));
+        return Err(Invalid::DestQpn(attr.dest_qp_num).into());
     }
     if given.contains(M::PORT) && attr.port_num != 1 {
-        return Err(VerbsError::Invalid("the device has one port (1)"));
+        return Err(Invalid::Port(attr.port_num).into());
     }
     if given.contains(M::PKEY_INDEX) && attr.pkey_index != 0 {
-        return Err(VerbsError::Invalid("the P_Key table has one entry (index 0)"));
+        return Err(Invalid::PkeyIndex(attr.pkey_index).into());
     }
     Ok(to)
 }

@@ -432,11 +432,13 @@ pub struct Wc {
 }
 
 impl Wc {
-    /// An all-zero successful SEND completion: what `poll_cq` buffers are
-    /// filled with before a poll overwrites them.
+    /// A placeholder to fill `poll_cq` buffers with before a poll
+    /// overwrites them. It reads as no completion: its status is
+    /// `GeneralErr` and its `wr_id` `u64::MAX`, so an entry a poll did not
+    /// fill can never pass for a success.
     pub const EMPTY: Wc = Wc {
-        wr_id: 0,
-        status: WcStatus::Success,
+        wr_id: u64::MAX,
+        status: WcStatus::GeneralErr,
         opcode: WcOpcode::Send,
         byte_len: 0,
         imm_data: 0,
@@ -462,27 +464,148 @@ pub enum AsyncEvent {
     SrqLimitReached(SrqId),
 }
 
+/// A kind of verbs object.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Object {
+    Pd,
+    Mr,
+    Cq,
+    Qp,
+    Srq,
+}
+
+impl core::fmt::Display for Object {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            Object::Pd => "PD",
+            Object::Mr => "MR",
+            Object::Cq => "CQ",
+            Object::Qp => "QP",
+            Object::Srq => "SRQ",
+        })
+    }
+}
+
+/// A work queue.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkQueue {
+    Send,
+    Recv,
+    Srq,
+}
+
+impl core::fmt::Display for WorkQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            WorkQueue::Send => "send queue",
+            WorkQueue::Recv => "receive queue",
+            WorkQueue::Srq => "shared receive queue",
+        })
+    }
+}
+
+/// What was wrong with an argument of a verbs call.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Invalid {
+    #[error("remote write or atomic access needs local write (IBTA C10-52)")]
+    RemoteAccessWithoutLocalWrite,
+    #[error("unknown access flags 0x{0:x}")]
+    UnknownAccessFlags(u32),
+    #[error("the region [{offset}, +{length}) lies outside the {size}-byte buffer")]
+    RegionOutsideBuffer { offset: usize, length: usize, size: usize },
+    #[error("iova 0x{iova:x} + length {length} overflows 64 bits")]
+    IovaOverflow { iova: u64, length: usize },
+    #[error("CQ depth {depth} is not in 1..={max}")]
+    CqDepth { depth: usize, max: usize },
+    #[error("SRQ size {max_wr} WRs x {max_sge} SGEs is outside 1..={max_qp_wr} x 0..={max_sge_limit}")]
+    SrqSize { max_wr: u32, max_sge: u32, max_qp_wr: u32, max_sge_limit: u32 },
+    #[error("SRQ limit {limit} exceeds its {max_wr} WRs")]
+    SrqLimit { limit: u32, max_wr: u32 },
+    #[error("the SRQ belongs to another PD")]
+    SrqInOtherPd,
+    #[error("QP capabilities {0:?} exceed the device limits (or ask for no send WR)")]
+    QpCaps(QpCap),
+    #[error("GID index {0} does not exist")]
+    SgidIndex(u8),
+    #[error("source and destination GIDs are of different IP families")]
+    MixedIpFamilies,
+    #[error("{given} SGEs for a {queue} that takes {max}")]
+    TooManySges { given: usize, max: u32, queue: WorkQueue },
+    #[error("{op:?} is not an operation of {qp_type:?} QPs")]
+    OpNotSupported { op: SendOp, qp_type: QpType },
+    #[error("message of {length} bytes exceeds {max}")]
+    MessageTooLong { length: u64, max: u64 },
+    #[error("a UD send needs a destination (wr.ud)")]
+    UdWithoutDestination,
+    #[error("UD QPs are not connected")]
+    UdNotConnected,
+    #[error("a remote address plus length overflows 64 bits")]
+    RemoteRangeOverflow,
+    #[error("atomics take one 8-byte SGE")]
+    AtomicSge,
+    #[error("atomic remote address 0x{0:x} is not 8-byte aligned")]
+    AtomicAlignment(u64),
+    #[error("max_rd_atomic is 0: this QP issues no RDMA READ or atomic")]
+    NoReadAtomicInitiator,
+    #[error("RDMA READ and atomics cannot be inline")]
+    InlineReadAtomic,
+    #[error("{length} bytes of inline data exceed max_inline_data {max}")]
+    InlineTooLong { length: u64, max: u32 },
+    #[error("the QP takes receives from an SRQ")]
+    QpUsesSrq,
+    #[error("cur_qp_state {given:?} is not the QP's state {actual:?}")]
+    CurState { given: QpState, actual: QpState },
+    #[error("max_rd_atomic {0} exceeds the device limit")]
+    MaxRdAtomic(u8),
+    #[error("max_dest_rd_atomic {0} exceeds the device limit")]
+    MaxDestRdAtomic(u8),
+    #[error("retry_cnt {0} is not a 3-bit value")]
+    RetryCnt(u8),
+    #[error("rnr_retry {0} is not a 3-bit value")]
+    RnrRetry(u8),
+    #[error("timeout {0} is not a 5-bit value")]
+    Timeout(u8),
+    #[error("min_rnr_timer {0} is not a 5-bit value")]
+    MinRnrTimer(u8),
+    #[error("dest_qp_num 0x{0:x} is not a 24-bit QPN")]
+    DestQpn(u32),
+    #[error("port {0} does not exist (the device has port 1)")]
+    Port(u8),
+    #[error("P_Key index {0} does not exist (the table has index 0)")]
+    PkeyIndex(u16),
+}
+
 /// Errors returned by verbs calls.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VerbsError {
     #[error("no such {0}")]
-    NotFound(&'static str),
+    NotFound(Object),
     #[error("invalid argument: {0}")]
-    Invalid(&'static str),
-    #[error("queue full: {0}")]
-    QueueFull(&'static str),
-    #[error("object in use: {0}")]
-    Busy(&'static str),
+    Invalid(#[from] Invalid),
+    #[error("{0} full")]
+    QueueFull(WorkQueue),
+    /// The object is still used: a PD by MRs, QPs or SRQs, a CQ or SRQ by QPs.
+    #[error("{0} in use")]
+    InUse(Object),
     #[error("QP state {0:?} does not allow this")]
     BadState(QpState),
-    #[error("attribute mask 0x{0:x} is not valid for this transition")]
-    BadMask(u32),
-    #[error("memory access error: {0}")]
-    Access(&'static str),
+    /// Attributes the transition requires and the mask does not name.
+    #[error("attribute mask lacks 0x{:x}, required for this transition", .0 .0)]
+    MissingAttrs(AttrMask),
+    /// Attributes the mask names and the transition does not take.
+    #[error("attribute mask names 0x{:x}, not valid for this transition", .0 .0)]
+    UnexpectedAttrs(AttrMask),
+    /// An SGE of inline data names memory the QP may not read.
+    #[error("inline data SGE not readable (local protection)")]
+    LocalProtection,
     #[error("completion queue overflowed")]
     CqOverflow,
-    #[error("resource limit reached: {0}")]
-    NoResources(&'static str),
+    #[error("no more {0}s: the device limit is reached")]
+    NoResources(Object),
     /// The buffer is registered with another engine (device): a buffer
     /// serves one device at a time, which keeps the NICs' accesses to it
     /// sequential.

@@ -73,9 +73,9 @@ fn the_application_reads_and_writes_through_the_engine() {
     assert_eq!(x.mr_read(k.lkey, usize::MAX, &mut [0]), outside(usize::MAX, 1));
     assert_eq!(x.mr_fill(k.lkey, 101, 0, 0), outside(101, 0));
     x.mr_fill(k.lkey, 100, 0, 0).unwrap();
-    assert_eq!(x.mr_read(k.lkey ^ 1, 0, &mut [0]), Err(VerbsError::NotFound("MR")));
+    assert_eq!(x.mr_read(k.lkey ^ 1, 0, &mut [0]), Err(VerbsError::NotFound(Object::Mr)));
     x.dereg_mr(k.lkey).unwrap();
-    assert_eq!(x.mr_read(k.lkey, 0, &mut [0]), Err(VerbsError::NotFound("MR")));
+    assert_eq!(x.mr_read(k.lkey, 0, &mut [0]), Err(VerbsError::NotFound(Object::Mr)));
 }
 
 /// A box handed to a `MemBuf` as raw parts; `free` takes it back.
