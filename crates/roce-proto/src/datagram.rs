@@ -56,6 +56,7 @@ impl DatagramMeta {
 
 /// What the ICRC check of a received datagram found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum IcrcCheck {
     /// The ICRC matches the headers as the driver described them (IPv6, or
     /// IPv4 with the Identification given).

@@ -38,6 +38,7 @@ impl core::ops::BitOr for Access {
 
 /// Transport service of a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum QpType {
     Rc,
     Uc,
@@ -305,6 +306,7 @@ pub struct UdDest {
 
 /// The operation of a send work request (`enum ibv_wr_opcode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum SendOp {
     Send,
     SendWithImm { imm: u32 },
@@ -368,6 +370,7 @@ pub struct RecvWr {
 
 /// Completion status (`enum ibv_wc_status`, same numeric values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WcStatus {
     Success = 0,
     LocLenErr = 1,
@@ -395,6 +398,7 @@ pub enum WcStatus {
 
 /// Completion opcode (`enum ibv_wc_opcode`, same numeric values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WcOpcode {
     Send = 0,
     RdmaWrite = 1,
@@ -455,6 +459,7 @@ impl Wc {
 
 /// Asynchronous events (`enum ibv_event_type`, the ones this NIC raises).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncEvent {
     CqErr(CqId),
     QpFatal(u32),

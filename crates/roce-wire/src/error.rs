@@ -56,6 +56,7 @@ impl core::fmt::Display for Header {
 /// A malformed or invalid packet. `kind()` gives a stable short name for each
 /// variant (the names `roce-pcap-check` uses for the same faults).
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum WireError {
     #[error("{header} truncated: need {need} bytes, have {have}")]
     Truncated { header: Header, need: usize, have: usize },

@@ -23,6 +23,7 @@ use thiserror::Error;
 
 /// Why a capture file cannot be read or written.
 #[derive(Debug, Error)]
+#[non_exhaustive]
 pub enum PcapError {
     #[error("cannot open {path}: {source}")]
     Open { path: String, source: io::Error },

@@ -95,6 +95,7 @@ impl Capture {
             }
             IcrcCheck::Failed => (None, Some("ICRC failed")),
             IcrcCheck::Malformed => (None, Some("not a RoCEv2 packet the device could check")),
+            _ => (meta.ipv4_id, None),
         };
         let meta = DatagramMeta { ipv4_id: id, ..*meta };
         if let Some(f) = frame(&meta, ip, datagram) {

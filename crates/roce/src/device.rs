@@ -47,6 +47,7 @@ pub struct DeviceConfig {
 
 /// How a device checks the ICRC of the packets it receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum RxIcrcCheck {
     /// Every bit (IPv6: the socket shows every field the ICRC covers).
     Full,

@@ -4,6 +4,7 @@ use roce_proto::VerbsError;
 
 /// What went wrong in a call of the `roce` API.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The engine refused the verb (bad argument, wrong state, full queue ...).
     #[error(transparent)]
@@ -14,9 +15,6 @@ pub enum Error {
     /// Waiting for a completion or a peer took longer than allowed.
     #[error("timed out: {0}")]
     Timeout(&'static str),
-    /// The out-of-band exchange with the peer failed.
-    #[error("connection set-up: {0}")]
-    Exchange(String),
     /// A bad configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
