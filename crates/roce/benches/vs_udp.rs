@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use roce::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 use roce::*;
 
+#[path = "../tests/support/udp_pair.rs"]
+mod udp_pair;
+
 const MSG: u32 = 65536;
 const PKT: usize = 12 + 4096 + 4; // BTH + payload + ICRC (RETH only on FIRST)
 const LAT_PKT: usize = 12 + 16 + 8 + 4; // WRITE_ONLY of 8 bytes
@@ -111,35 +114,19 @@ fn raw_udp_throughput(mode: Raw) -> f64 {
     b as f64 * 4096.0 / PKT as f64 * 8.0 / el / 1e9
 }
 
-struct End {
-    dev: Device,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
+type End = udp_pair::Side;
 
-fn end(busy: bool) -> End {
-    let mut cfg = DeviceConfig::new("127.0.0.1:0".parse().unwrap());
-    cfg.busy_poll = busy;
-    let dev = Device::open(cfg).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(4096).unwrap();
-    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
-    let mr = pd.reg_mr(alloc_buffer(64 << 20), Access::ALL).unwrap();
-    End { dev, _pd: pd, cq, qp, mr }
-}
-
-fn connect(a: &End, b: &End) {
-    let (ea, eb) = (a.qp.endpoint(), b.qp.endpoint());
-    let o = ConnectOptions { mtu: PathMtu::Mtu4096, ..ConnectOptions::default() };
-    a.qp.connect(&eb, &o).unwrap();
-    b.qp.connect(&ea, &o).unwrap();
+/// Two devices on IPv4 loopback, both busy-polling or both with a driver
+/// thread: a 4096-entry CQ, 256 send and receive WRs, a 64 MiB MR from
+/// `alloc_buffer` (huge-page aligned) each, connected at MTU 4096.
+fn pair(busy: bool) -> (End, End) {
+    let side =
+        udp_pair::SideOptions::default().busy_poll(busy).cq_depth(4096).qp_depths(256, 256).mr_len(64 << 20);
+    udp_pair::UdpPair::new(side).mtu(PathMtu::Mtu4096).open()
 }
 
 fn roce_write_bw() -> f64 {
-    let (a, b) = (end(false), end(false));
-    connect(&a, &b);
+    let (a, b) = pair(false);
     let depth = 64u64;
     // perftest's write_bw moves a message's address through its cycle
     // buffer (a page) only for messages up to half of it; larger messages,
@@ -218,8 +205,7 @@ fn median_half(s: &mut [Duration]) -> f64 {
 /// perftest's write_lat: each side writes its iteration number into the
 /// other's buffer and spins on its own buffer for the reply.
 fn roce_write_lat(iters: usize) -> f64 {
-    let (a, b) = (end(true), end(true));
-    connect(&a, &b);
+    let (a, b) = pair(true);
     let run = |me: &End, peer: &End, first: bool| {
         let (rkey, raddr) = (peer.mr.rkey(), peer.mr.addr());
         let mut samples = Vec::with_capacity(iters);

@@ -5,36 +5,19 @@
 
 use std::time::Duration;
 
+#[path = "support/udp_pair.rs"]
+mod udp_pair;
+
 use roce::*;
-
-struct Side {
-    _dev: Device,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(busy: bool) -> Side {
-    let mut cfg = DeviceConfig::new("127.0.0.1:0".parse().unwrap());
-    cfg.busy_poll = busy;
-    let dev = Device::open(cfg).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(1024).unwrap();
-    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
-    let mr = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).unwrap();
-    Side { _dev: dev, _pd: pd, cq, qp, mr }
-}
+use udp_pair::{Side, SideOptions, UdpPair};
 
 /// `x` busy-polls if asked; `y`, which only answers, keeps its driver
 /// thread (a busy-poll device moves only while its application polls).
 fn pair(busy: bool) -> (Side, Side) {
-    let (x, y) = (side(busy), side(false));
-    let (ex, ey) = (x.qp.endpoint(), y.qp.endpoint());
-    let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
-    x.qp.connect(&ey, &opts).unwrap();
-    y.qp.connect(&ex, &opts).unwrap();
-    (x, y)
+    UdpPair::new(SideOptions::default().busy_poll(busy))
+        .y(SideOptions::default())
+        .mtu(PathMtu::Mtu1024)
+        .open()
 }
 
 /// Awaits `n` completions, failing after 10 s instead of hanging.
@@ -179,6 +162,6 @@ fn modify_to_err_wakes_a_parked_future() {
 
 #[tokio::test(flavor = "current_thread")]
 async fn empty_buffer_is_ready_at_once() {
-    let s = side(false);
+    let s = SideOptions::default().open();
     assert_eq!(s.cq.wait_async(&mut []).await.unwrap(), 0);
 }

@@ -2,31 +2,23 @@
 //! it will send from (no PSN carried by the caller), shared receive queues
 //! through `Srq`, UD sends through checked address handles (`Ah`).
 
-use std::time::Duration;
+#[path = "support/udp_pair.rs"]
+mod udp_pair;
 
 use roce::*;
+use udp_pair::{wait_n, SideOptions};
 
-fn wait_n(cq: &Cq, n: usize) -> Vec<Wc> {
-    let mut all = Vec::new();
-    let mut buf = [WC_ZERO; 16];
-    while all.len() < n {
-        let k = cq.wait(&mut buf, Duration::from_secs(10)).expect("completion within 10 s");
-        all.extend_from_slice(&buf[..k]);
-    }
-    all
-}
-
+/// A device on IPv4 loopback with a driver thread.
 fn device() -> Device {
-    Device::open(DeviceConfig::new("127.0.0.1:0".parse().unwrap())).unwrap()
+    SideOptions::default().device()
 }
 
 #[test]
 fn endpoint_psn_is_the_one_the_qp_sends_from() {
-    let (a, b) = (device(), device());
-    let (pa, pb) = (a.alloc_pd().unwrap(), b.alloc_pd().unwrap());
-    let (ca, cb) = (a.create_cq(64).unwrap(), b.create_cq(64).unwrap());
-    let qa = pa.create_qp(QpBuilder::rc(&ca)).unwrap();
-    let qb = pb.create_qp(QpBuilder::rc(&cb)).unwrap();
+    // A 64-entry CQ, an RC QP of QpBuilder's depths and a 4 KiB MR on each.
+    let side = SideOptions::default().cq_depth(64).default_qp_depths().mr_len(4096);
+    let (a, b) = (side.open(), side.open());
+    let (qa, qb, ca, ma, mb) = (&a.qp, &b.qp, &a.cq, &a.mr, &b.mr);
     let (ea, eb) = (qa.endpoint(), qb.endpoint());
     assert_eq!(ea, qa.endpoint(), "the endpoint is stable");
     let opts = ConnectOptions::default();
@@ -35,11 +27,9 @@ fn endpoint_psn_is_the_one_the_qp_sends_from() {
     let (a_attr, b_attr) = (qa.query().unwrap(), qb.query().unwrap());
     assert_eq!((a_attr.sq_psn, a_attr.rq_psn), (ea.psn, eb.psn));
     assert_eq!((b_attr.sq_psn, b_attr.rq_psn), (eb.psn, ea.psn));
-    let mb = pb.reg_mr(MemBuf::new(4096), Access::ALL).unwrap();
-    let ma = pa.reg_mr(MemBuf::new(4096), Access::ALL).unwrap();
     let wr = SendWr::new(7, SendOp::Write { remote_addr: mb.addr(), rkey: mb.rkey() }, vec![ma.sge(0, 4096)]);
     qa.post_send(wr).unwrap();
-    let wc = wait_n(&ca, 1);
+    let wc = wait_n(ca, 1);
     assert_eq!((wc[0].wr_id, wc[0].status), (7, WcStatus::Success));
 }
 

@@ -1,47 +1,16 @@
 //! Two devices in one process over real UDP on loopback (IPv4 and IPv6).
 
-use std::time::Duration;
+#[path = "support/udp_pair.rs"]
+mod udp_pair;
 
 use roce::*;
-
-struct Side {
-    dev: Device,
-    _pd: Pd,
-    cq: Cq,
-    qp: Qp,
-    mr: Mr,
-}
-
-fn side(addr: &str) -> Side {
-    let dev = Device::open(DeviceConfig::new(addr.parse().unwrap())).unwrap();
-    let pd = dev.alloc_pd().unwrap();
-    let cq = dev.create_cq(1024).unwrap();
-    let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(256).max_recv_wr(256)).unwrap();
-    let mr = pd.reg_mr(MemBuf::new(1 << 20), Access::ALL).unwrap();
-    Side { dev, _pd: pd, cq, qp, mr }
-}
-
-fn pair(a: &str, b: &str) -> (Side, Side) {
-    let (x, y) = (side(a), side(b));
-    let (ex, ey) = (x.qp.endpoint(), y.qp.endpoint());
-    let opts = ConnectOptions { mtu: PathMtu::Mtu1024, ..ConnectOptions::default() };
-    x.qp.connect(&ey, &opts).unwrap();
-    y.qp.connect(&ex, &opts).unwrap();
-    (x, y)
-}
-
-fn wait_n(cq: &Cq, n: usize) -> Vec<Wc> {
-    let mut all = Vec::new();
-    let mut buf = [WC_ZERO; 64];
-    while all.len() < n {
-        let k = cq.wait(&mut buf, Duration::from_secs(10)).expect("completion within 10 s");
-        all.extend_from_slice(&buf[..k]);
-    }
-    all
-}
+use udp_pair::{wait_n, SideOptions, UdpPair};
 
 fn every_operation(a: &str, b: &str) {
-    let (x, y) = pair(a, b);
+    let (x, y) = UdpPair::new(SideOptions::default().bind(a))
+        .y(SideOptions::default().bind(b))
+        .mtu(PathMtu::Mtu1024)
+        .open();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 + 7) as u8).collect();
     x.mr.write(0, &data).unwrap();
     // WRITE 300 KB, SEND 10 KB with imm, READ it back, FETCH_ADD, CMP_SWAP
