@@ -85,4 +85,19 @@ impl Engine {
         }
         self.modify_qp(qpn, &a, m)
     }
+
+    /// Moves a UD QP in RESET to RTS, three `modify_qp` calls: INIT with
+    /// its Q_Key (and P_Key index 0, port 1), RTR, RTS sending from
+    /// `sq_psn`. UD QPs have no peer: each send names its destination.
+    /// An RC or UC QP is refused at the first step (Q_Key is not one of
+    /// its attributes): `VerbsError::UnexpectedAttrs`.
+    pub fn ready_ud(&mut self, qpn: u32, qkey: u32, sq_psn: Psn) -> Result<(), VerbsError> {
+        let mut a = QpAttr { qp_state: QpState::Init, qkey, ..QpAttr::default() };
+        self.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
+        a.qp_state = QpState::Rtr;
+        self.modify_qp(qpn, &a, M::STATE)?;
+        a.qp_state = QpState::Rts;
+        a.sq_psn = sq_psn;
+        self.modify_qp(qpn, &a, M::STATE | M::SQ_PSN)
+    }
 }

@@ -545,7 +545,7 @@ pub enum Invalid {
     MessageTooLong { length: u64, max: u64 },
     #[error("a UD send needs a destination (wr.ud)")]
     UdWithoutDestination,
-    #[error("UD QPs are not connected")]
+    #[error("UD QPs are not connected (they are made ready with a Q_Key)")]
     UdNotConnected,
     #[error("a remote address plus length overflows 64 bits")]
     RemoteRangeOverflow,

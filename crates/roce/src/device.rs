@@ -728,6 +728,10 @@ impl Qp {
     pub fn qpn(&self) -> u32 {
         self.qpn
     }
+    /// The transport service (`qp->qp_type`).
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
     pub fn send_cq(&self) -> &Cq {
         &self.send_cq
     }
@@ -771,9 +775,6 @@ impl Qp {
     /// `ready_ud`.
     pub fn connect(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         let local_psn = self.psn;
-        if self.qp_type == QpType::Ud {
-            return Err(Error::Config("UD QPs are not connected: use ready_ud".into()));
-        }
         let dscp = opts.dscp.unwrap_or(self.dev().inner.dscp);
         let av = AddressVector {
             dgid: remote.gid,
@@ -801,13 +802,7 @@ impl Qp {
     /// this QP's first PSN.
     pub fn ready_ud(&self, qkey: u32) -> Result<()> {
         let psn = self.psn;
-        let mut a = QpAttr { qp_state: QpState::Init, qkey, ..QpAttr::default() };
-        self.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)?;
-        a.qp_state = QpState::Rtr;
-        self.modify(&a, AttrMask::STATE)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = psn;
-        self.modify(&a, AttrMask::STATE | AttrMask::SQ_PSN)
+        self.dev().with(|e| e.ready_ud(self.qpn, qkey, psn))
     }
 
     /// `ibv_post_send`; the packets leave from the calling thread.

@@ -1,14 +1,15 @@
 //! Instantiates a plan: one engine per host on the network, its PD, CQs,
 //! SRQs, memory and MRs (explicit I/O virtual addresses, so keys and
 //! addresses in packets do not depend on where the allocator put buffers),
-//! and every QP brought to RTS through the ibv_modify_qp transitions.
+//! and every QP brought to RTS through the ibv_modify_qp transitions
+//! (`Engine::connect_qp`, `Engine::ready_ud`).
 //! Also translates planned WRs into verbs WRs with the real keys.
 
 use std::sync::Arc;
 
 use roce_proto::{
-    Access, AddressVector, AttrMask as M, ConnectAttr, CqId, Engine, EngineConfig, MemBuf, MrKeys, MrSpec,
-    PdId, QpAttr, QpInitAttr, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
+    Access, AddressVector, ConnectAttr, CqId, Engine, EngineConfig, MemBuf, MrKeys, MrSpec, PdId, QpInitAttr,
+    QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
 };
 
 use roce_wire::Psn;
@@ -118,7 +119,8 @@ pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
     Ok(Live { hosts, qpns, sq_psns })
 }
 
-/// RESET -> INIT -> RTR -> RTS with the attributes ibv_modify_qp(3) requires.
+/// RESET -> INIT -> RTR -> RTS with the attributes ibv_modify_qp(3) requires:
+/// `Engine::connect_qp` (RC, UC) or `Engine::ready_ud` (UD).
 fn connect(
     e: &mut Engine,
     i: QpIdx,
@@ -127,16 +129,9 @@ fn connect(
     psns: &[u32],
 ) -> Result<(), roce_proto::VerbsError> {
     let qpn = qpns[i];
-    let mut a = QpAttr { qp_state: QpState::Init, pkey_index: 0, port_num: 1, ..QpAttr::default() };
     let Some(c) = q.conn else {
         debug_assert_eq!(q.qp_type, QpType::Ud);
-        a.qkey = q.qkey;
-        e.modify_qp(qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY)?;
-        a.qp_state = QpState::Rtr;
-        e.modify_qp(qpn, &a, M::STATE)?;
-        a.qp_state = QpState::Rts;
-        a.sq_psn = Psn::new(0);
-        return e.modify_qp(qpn, &a, M::STATE | M::SQ_PSN);
+        return e.ready_ud(qpn, q.qkey, Psn::new(0));
     };
     let av = AddressVector {
         sgid_index: c.sgid_index,
