@@ -48,17 +48,15 @@
 #![no_main]
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use libfuzzer_sys::arbitrary::{Result as UResult, Unstructured};
 use libfuzzer_sys::fuzz_target;
+use roce_proto::testkit::{ip, Pair, A, B};
 use roce_proto::*;
 use roce_wire::icrc::{self, ICRC_LEN};
-use roce_wire::{Psn, RocePacketRepr, Transport};
+use roce_wire::{RocePacketRepr, Transport};
 
-const A: usize = 0;
-const B: usize = 1;
 const RC: usize = 0;
 const UD: usize = 1;
 const QKEY: u32 = 0x1111_2222;
@@ -76,10 +74,6 @@ const WILD_REMOTE_ADDR: bool = true;
 const POOL: usize = 64;
 /// wr_id bit marking receive WRs.
 const RECV_BIT: u64 = 1 << 63;
-
-fn ip(side: usize) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1 + side as u8))
-}
 
 fn icrc_for(meta: &DatagramMeta, bytes: &[u8]) -> Option<u32> {
     if bytes.len() < ICRC_LEN {
@@ -111,8 +105,6 @@ struct Expect {
 }
 
 struct Side {
-    pd: PdId,
-    cq: CqId,
     /// [RC, UD] QPNs.
     qpn: [u32; 2],
     mr_all: Region,
@@ -130,9 +122,9 @@ struct Side {
 }
 
 struct World {
-    e: [Engine; 2],
+    /// The two engines, their PDs and CQs, the clock.
+    p: Pair,
     s: [Side; 2],
-    now: Instant,
     /// Packets sent by side i, not yet delivered to side 1 - i.
     wire: [VecDeque<(DatagramMeta, Vec<u8>)>; 2],
     /// Recent real packets sent by side i (for mutation).
@@ -142,56 +134,40 @@ struct World {
     next_id: u64,
 }
 
-
-fn init_attr(pd: PdId, cq: CqId, t: QpType) -> QpInitAttr {
-    QpInitAttr {
-        qp_type: t,
-        pd,
-        send_cq: cq,
-        recv_cq: cq,
-        srq: None,
-        cap: QpCap {
-            max_send_wr: 32,
-            max_recv_wr: 32,
-            max_send_sge: 4,
-            max_recv_sge: 4,
-            max_inline_data: 128,
-        },
-        sq_sig_all: true,
-    }
-}
-
 impl World {
     fn new() -> World {
-        let mut e = [
-            Engine::new(EngineConfig::new(vec![ip(A)]), 11),
-            Engine::new(EngineConfig::new(vec![ip(B)]), 22),
-        ];
-        let mut bufs: [Vec<Arc<MemBuf>>; 2] = [Vec::new(), Vec::new()];
+        let mut p = Pair::with_seeds([11, 22]);
         let reg =
-            |e: &mut Engine, bufs: &mut Vec<Arc<MemBuf>>, pd: PdId, len: usize, iova: u64, access: Access| {
-                let buf = MemBuf::new(len);
-                let keys = e
-                    .reg_mr(pd, MrSpec { buf: buf.clone(), offset: 0, length: len, iova: Some(iova), access })
-                    .unwrap();
-                let init: Vec<u8> = (0..len).step_by(8).flat_map(|i| (i as u64 ^ iova).to_le_bytes()).collect();
-                e.mr_write(keys.lkey, 0, &init[..len]).unwrap();
-                bufs.push(buf);
-                Region { buf_len: len, keys }
+            |p: &mut Pair, bufs: &mut Vec<Arc<MemBuf>>, s: usize, len: usize, iova: u64, access: Access| {
+                let r = p.region(s, len, iova, access);
+                let init: Vec<u8> =
+                    (0..len).step_by(8).flat_map(|i| (i as u64 ^ iova).to_le_bytes()).collect();
+                p.put(&r, 0, &init[..len]);
+                bufs.push(r.buf);
+                Region { buf_len: len, keys: r.keys }
             };
+        let caps = |a: &mut QpInitAttr| {
+            a.cap = QpCap {
+                max_send_wr: 32,
+                max_recv_wr: 32,
+                max_send_sge: 4,
+                max_recv_sge: 4,
+                max_inline_data: 128,
+            };
+            a.sq_sig_all = true;
+        };
         let mut sides: Vec<Side> = Vec::new();
         for s in 0..2 {
-            let pd = e[s].alloc_pd();
-            let cq = e[s].create_cq(4096).unwrap();
+            let mut bufs = Vec::new();
             let base = 0x1000_0000u64 * (s as u64 + 1);
-            let mr_all = reg(&mut e[s], &mut bufs[s], pd, MR_LEN, base, Access::ALL);
-            let mr_ro = reg(&mut e[s], &mut bufs[s], pd, SMALL_MR_LEN, base + 0x10_0000, Access::REMOTE_READ);
-            let mr_inv = reg(&mut e[s], &mut bufs[s], pd, SMALL_MR_LEN, base + 0x20_0000, Access::ALL);
-            let rc = e[s].create_qp(init_attr(pd, cq, QpType::Rc)).unwrap();
-            let ud = e[s].create_qp(init_attr(pd, cq, QpType::Ud)).unwrap();
+            let mr_all = reg(&mut p, &mut bufs, s, MR_LEN, base, Access::ALL);
+            let mr_ro = reg(&mut p, &mut bufs, s, SMALL_MR_LEN, base + 0x10_0000, Access::REMOTE_READ);
+            let mr_inv = reg(&mut p, &mut bufs, s, SMALL_MR_LEN, base + 0x20_0000, Access::ALL);
+            let mut init = p.qp_init(s, QpType::Rc);
+            caps(&mut init);
+            let rc = p.e[s].create_qp(init).unwrap();
+            let ud = p.ud_qp(s, caps, QKEY, 5);
             sides.push(Side {
-                pd,
-                cq,
                 qpn: [rc, ud],
                 mr_all,
                 mr_ro,
@@ -200,71 +176,21 @@ impl World {
                 rq: [VecDeque::new(), VecDeque::new()],
                 sq_failed: [false; 2],
                 in_sqd: [false; 2],
-                _bufs: std::mem::take(&mut bufs[s]),
+                _bufs: bufs,
             });
         }
         let s: [Side; 2] = sides.try_into().ok().unwrap();
-        // Connect.
-        for x in 0..2 {
-            let o = 1 - x;
-            let (qpn, peer) = (s[x].qpn[RC], s[o].qpn[RC]);
-            let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-            e[x].modify_qp(
-                qpn,
-                &a,
-                AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS,
-            )
-            .unwrap();
-            a.qp_state = QpState::Rtr;
-            a.av = AddressVector::new(ip(o));
-            a.path_mtu = RC_MTU;
-            a.dest_qp_num = peer;
-            a.rq_psn = Psn::new(if o == A { 0xfffff0 } else { 100 });
-            a.max_dest_rd_atomic = 4;
-            a.min_rnr_timer = 1;
-            e[x].modify_qp(
-                qpn,
-                &a,
-                AttrMask::STATE
-                    | AttrMask::AV
-                    | AttrMask::PATH_MTU
-                    | AttrMask::DEST_QPN
-                    | AttrMask::RQ_PSN
-                    | AttrMask::MAX_DEST_RD_ATOMIC
-                    | AttrMask::MIN_RNR_TIMER,
-            )
-            .unwrap();
-            a.qp_state = QpState::Rts;
-            a.sq_psn = Psn::new(if x == A { 0xfffff0 } else { 100 });
-            a.timeout = 8;
-            a.retry_cnt = 3;
-            a.rnr_retry = 3;
-            a.max_rd_atomic = 4;
-            e[x].modify_qp(
-                qpn,
-                &a,
-                AttrMask::STATE
-                    | AttrMask::SQ_PSN
-                    | AttrMask::TIMEOUT
-                    | AttrMask::RETRY_CNT
-                    | AttrMask::RNR_RETRY
-                    | AttrMask::MAX_QP_RD_ATOMIC,
-            )
-            .unwrap();
-            // UD
-            let ud = s[x].qpn[UD];
-            let a = QpAttr { qp_state: QpState::Init, qkey: QKEY, ..QpAttr::default() };
-            e[x].modify_qp(ud, &a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)
-                .unwrap();
-            let a = QpAttr { qp_state: QpState::Rtr, ..a };
-            e[x].modify_qp(ud, &a, AttrMask::STATE).unwrap();
-            let a = QpAttr { qp_state: QpState::Rts, sq_psn: Psn::new(5), ..a };
-            e[x].modify_qp(ud, &a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
-        }
+        // A sends from PSN 0xfffff0 (its PSNs wrap early), B from 100.
+        p.connect_qps([s[A].qpn[RC], s[B].qpn[RC]], RC_MTU, [0xfffff0, 100], |_, c| {
+            c.timeout = 8;
+            c.retry_cnt = 3;
+            c.rnr_retry = 3;
+        })
+        .unwrap();
+        p.now = Instant::from_nanos(1_000_000);
         let mut w = World {
-            e,
+            p,
             s,
-            now: Instant::from_nanos(1_000_000),
             wire: [VecDeque::new(), VecDeque::new()],
             pool: [VecDeque::new(), VecDeque::new()],
             buf: vec![0u8; 9000],
@@ -324,7 +250,7 @@ impl World {
                 lkey: r.lkey,
             }],
         };
-        if self.e[x].post_recv(self.s[x].qpn[q], wr).is_ok() {
+        if self.p.e[x].post_recv(self.s[x].qpn[q], wr).is_ok() {
             let opcode = WcOpcode::Recv;
             self.s[x].rq[q].push_back(Expect { wr_id: id, opcode, len: len.min(MR_LEN as u32 / 2) });
         }
@@ -396,7 +322,7 @@ impl World {
         wr.solicited = bad & 8 != 0;
         wr.fence = bad & 16 != 0;
         let len = sge.length;
-        let ok = self.e[x].post_send(self.s[x].qpn[q], wr).is_ok();
+        let ok = self.p.e[x].post_send(self.s[x].qpn[q], wr).is_ok();
         if ok {
             let (opcode, len) = (op.wc_opcode(), len);
             self.s[x].sq[q].push_back(Expect { wr_id: id, opcode, len });
@@ -413,7 +339,7 @@ impl World {
     fn transmit(&mut self, x: usize, n: usize) -> usize {
         let mut sent = 0;
         for _ in 0..n {
-            let Some(tx) = self.e[x].poll_transmit(self.now, &mut self.buf) else { break };
+            let Some(tx) = self.p.e[x].poll_transmit(self.p.now, &mut self.buf) else { break };
             assert!(tx.len <= self.buf.len());
             let bytes = self.buf[..tx.len].to_vec();
             self.check_tx(x, &tx, &bytes);
@@ -467,18 +393,18 @@ impl World {
                 self.wire[x].insert(self.wire[x].len().min(1), (meta, bytes));
                 continue;
             }
-            self.e[1 - x].handle_datagram(self.now, &meta, &bytes);
+            self.p.e[1 - x].handle_datagram(self.p.now, &meta, &bytes);
             if m & 4 != 0 && mode & 0x20 != 0 {
-                self.e[1 - x].handle_datagram(self.now, &meta, &bytes);
+                self.p.e[1 - x].handle_datagram(self.p.now, &meta, &bytes);
             }
         }
         self.check_states();
     }
 
     fn advance(&mut self, ns: u64) {
-        self.now = self.now + Duration::from_nanos(ns);
-        for e in &mut self.e {
-            e.handle_timeout(self.now);
+        self.p.now = self.p.now + Duration::from_nanos(ns);
+        for e in &mut self.p.e {
+            e.handle_timeout(self.p.now);
         }
         self.check_states();
     }
@@ -486,7 +412,7 @@ impl World {
     fn check_states(&self) {
         for x in 0..2 {
             for q in 0..2 {
-                let st = self.e[x].qp_state(self.s[x].qpn[q]).expect("QP vanished");
+                let st = self.p.e[x].qp_state(self.s[x].qpn[q]).expect("QP vanished");
                 let sd = &self.s[x];
                 match st {
                     QpState::Rts => {
@@ -504,7 +430,7 @@ impl World {
     fn poll(&mut self) {
         for x in 0..2 {
             loop {
-                let n = match self.e[x].poll_cq(self.s[x].cq, &mut self.wcs) {
+                let n = match self.p.e[x].poll_cq(self.p.cq[x], &mut self.wcs) {
                     Ok(n) => n,
                     Err(e) => panic!("poll_cq on side {x}: {e}"),
                 };
@@ -522,7 +448,7 @@ impl World {
 
     fn check_wc(&mut self, x: usize, wc: &Wc) {
         let q = self.qp_index(x, wc.qp_num).unwrap_or_else(|| panic!("WC for unknown QP: {wc:?}"));
-        let st = self.e[x].qp_state(self.s[x].qpn[q]).unwrap();
+        let st = self.p.e[x].qp_state(self.s[x].qpn[q]).unwrap();
         let sd = &mut self.s[x];
         if wc.wr_id & RECV_BIT != 0 {
             let exp =
@@ -569,7 +495,7 @@ impl World {
         if fix {
             fix_icrc(&meta, bytes);
         }
-        self.e[x].handle_datagram(self.now, &meta, bytes);
+        self.p.e[x].handle_datagram(self.p.now, &meta, bytes);
         self.check_states();
     }
 
@@ -622,25 +548,25 @@ impl World {
         if u.arbitrary::<u8>()? != 0 {
             fix_icrc(&meta, &mut bytes);
         }
-        self.e[to].handle_datagram(self.now, &meta, &bytes);
+        self.p.e[to].handle_datagram(self.p.now, &meta, &bytes);
         self.check_states();
         Ok(())
     }
 
     fn modify(&mut self, x: usize, q: usize, what: u8) {
         let qpn = self.s[x].qpn[q];
-        let st = self.e[x].qp_state(qpn).unwrap();
+        let st = self.p.e[x].qp_state(qpn).unwrap();
         match (what % 8, st) {
             (0, QpState::Rts) if SQD_ENABLED => {
                 let a = QpAttr { qp_state: QpState::Sqd, ..QpAttr::default() };
-                if self.e[x].modify_qp(qpn, &a, AttrMask::STATE).is_ok() {
+                if self.p.e[x].modify_qp(qpn, &a, AttrMask::STATE).is_ok() {
                     self.s[x].in_sqd[q] = true;
                 }
             }
             (1..=3, QpState::Sqd) => self.resume(x, q),
             (7, _) if what & 0xf0 == 0xf0 => {
                 let a = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-                self.e[x].modify_qp(qpn, &a, AttrMask::STATE).unwrap();
+                self.p.e[x].modify_qp(qpn, &a, AttrMask::STATE).unwrap();
             }
             _ => {}
         }
@@ -650,9 +576,9 @@ impl World {
     /// SQD -> RTS.
     fn resume(&mut self, x: usize, q: usize) {
         let qpn = self.s[x].qpn[q];
-        if self.e[x].qp_state(qpn) == Some(QpState::Sqd) {
+        if self.p.e[x].qp_state(qpn) == Some(QpState::Sqd) {
             let a = QpAttr { qp_state: QpState::Rts, ..QpAttr::default() };
-            self.e[x].modify_qp(qpn, &a, AttrMask::STATE).unwrap();
+            self.p.e[x].modify_qp(qpn, &a, AttrMask::STATE).unwrap();
         }
         self.s[x].in_sqd[q] = false;
     }
@@ -685,11 +611,12 @@ impl World {
                     1 => u.int_in_range(0..=2_000_000u64)?,
                     2 => u.int_in_range(0..=50_000_000u64)?,
                     _ => self
+                        .p
                         .e
                         .iter()
                         .filter_map(|e| e.poll_timeout())
                         .min()
-                        .map_or(0, |t| t.as_nanos().saturating_sub(self.now.as_nanos())),
+                        .map_or(0, |t| t.as_nanos().saturating_sub(self.p.now.as_nanos())),
                 };
                 self.advance(ns);
             }
@@ -713,7 +640,7 @@ impl World {
             }
         }
         // Keep CQs far from their depth (an overflow must never happen).
-        if self.e[A].cq_len(self.s[A].cq) > 512 || self.e[B].cq_len(self.s[B].cq) > 512 {
+        if self.p.e[A].cq_len(self.p.cq[A]) > 512 || self.p.e[B].cq_len(self.p.cq[B]) > 512 {
             self.poll();
         }
         Ok(())
@@ -746,8 +673,8 @@ impl World {
                     assert!(
                         packets < 50_000,
                         "packet storm after the input ended: {:?} / {:?}",
-                        self.e[0].counters(),
-                        self.e[1].counters()
+                        self.p.e[0].counters(),
+                        self.p.e[1].counters()
                     );
                 }
             }
@@ -759,24 +686,24 @@ impl World {
             if moved {
                 continue;
             }
-            let next = self.e.iter().filter_map(|e| e.poll_timeout()).min();
+            let next = self.p.e.iter().filter_map(|e| e.poll_timeout()).min();
             let Some(t) = next else {
                 panic!(
                     "hung: {pending} send WRs outstanding, nothing to send, no timer armed; \
                      A sq {:?} state {:?} / B sq {:?} state {:?}\nA {:?}\nB {:?}",
                     self.s[A].sq[RC],
-                    self.e[A].query_qp(self.s[A].qpn[RC]).map(|a| (a.qp_state, a.sq_psn)),
+                    self.p.e[A].query_qp(self.s[A].qpn[RC]).map(|a| (a.qp_state, a.sq_psn)),
                     self.s[B].sq[RC],
-                    self.e[B].query_qp(self.s[B].qpn[RC]).map(|a| (a.qp_state, a.sq_psn)),
-                    self.e[A].counters(),
-                    self.e[B].counters(),
+                    self.p.e[B].query_qp(self.s[B].qpn[RC]).map(|a| (a.qp_state, a.sq_psn)),
+                    self.p.e[A].counters(),
+                    self.p.e[B].counters(),
                 );
             };
             timer_runs += 1;
             assert!(timer_runs < 2_000, "send WRs still outstanding after 2000 timer runs: {pending}");
-            self.now = self.now.max(t);
-            for e in &mut self.e {
-                e.handle_timeout(self.now);
+            self.p.now = self.p.now.max(t);
+            for e in &mut self.p.e {
+                e.handle_timeout(self.p.now);
             }
         }
     }
@@ -792,5 +719,5 @@ fuzz_target!(|data: &[u8]| {
     }
     w.poll();
     w.settle();
-    let _ = (w.s[A].pd, w.s[B].mr_all.buf_len, w.s[B].mr_inv.buf_len);
+    let _ = (w.s[B].mr_all.buf_len, w.s[B].mr_inv.buf_len);
 });

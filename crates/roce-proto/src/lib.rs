@@ -23,6 +23,7 @@ pub mod connect;
 pub mod counters;
 pub mod engine;
 pub mod mem;
+pub mod testkit;
 pub mod time;
 pub mod verbs;
 

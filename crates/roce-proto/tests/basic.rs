@@ -1,7 +1,6 @@
 //! Every operation once over a clean link, then with a lossy one.
 
-mod common;
-use common::*;
+use roce_proto::testkit::*;
 use roce_proto::*;
 
 fn pattern(n: usize, salt: u8) -> Vec<u8> {

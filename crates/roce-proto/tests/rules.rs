@@ -1,7 +1,6 @@
 //! Directed tests, one per IBTA rule the engine implements.
 
-mod common;
-use common::*;
+use roce_proto::testkit::*;
 use roce_proto::*;
 use roce_wire::Psn;
 
@@ -468,20 +467,8 @@ fn modify_qp_checks_attributes() {
 #[test]
 fn ud_send_and_qkey() {
     let mut p = Pair::new(25);
-    let mk = |p: &mut Pair, side: usize| {
-        let q = p.e[side].create_qp(p.qp_init(side, QpType::Ud)).unwrap();
-        let mut a = QpAttr { qp_state: QpState::Init, qkey: 0x1111_0000 + side as u32, ..QpAttr::default() };
-        p.e[side]
-            .modify_qp(q, &a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::QKEY)
-            .unwrap();
-        a.qp_state = QpState::Rtr;
-        p.e[side].modify_qp(q, &a, AttrMask::STATE).unwrap();
-        a.qp_state = QpState::Rts;
-        p.e[side].modify_qp(q, &a, AttrMask::STATE | AttrMask::SQ_PSN).unwrap();
-        q
-    };
-    let qa = mk(&mut p, A);
-    let qb = mk(&mut p, B);
+    let qa = p.ud_qp(A, |_| {}, 0x1111_0000, 0);
+    let qb = p.ud_qp(B, |_| {}, 0x1111_0001, 0);
     let src = p.region(A, 4096, 0x1000, Access::ALL);
     let dst = p.region(B, 4096, 0x9000, Access::ALL);
     p.put(&src, 0, b"hello, datagram");

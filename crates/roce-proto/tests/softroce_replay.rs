@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::Path;
 
+use roce_proto::testkit::{Pair, B};
 use roce_proto::*;
 use roce_wire::frame::NetRepr;
 use roce_wire::pcap::PcapReader;
@@ -97,9 +98,12 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
         e.1 = e.1.max(va + len);
     }
 
-    let mut eng = Engine::new(EngineConfig::new(vec![resp_ip]), 1);
-    let pd = eng.alloc_pd();
-    let cq = eng.create_cq(1024).unwrap();
+    // Engine B plays the captured responder; A stands where the Soft-RoCE
+    // requester was (the requests come from the capture, not from A).
+    let mut p =
+        Pair::with_configs([EngineConfig::new(vec![req_ip]), EngineConfig::new(vec![resp_ip])], [2, 1]);
+    let pd = p.pd[B];
+    let eng = &mut p.e[B];
     let mut mrs: BTreeMap<u32, MrKeys> = BTreeMap::new();
     for (&rkey, &(lo, hi)) in &ranges {
         let keys = eng
@@ -143,39 +147,14 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
         }
     }
 
-    let qpn = eng
-        .create_qp(QpInitAttr {
-            qp_type: QpType::Rc,
-            pd,
-            send_cq: cq,
-            recv_cq: cq,
-            srq: None,
-            cap: QpCap { max_recv_wr: 1024, ..QpCap::default() },
-            sq_sig_all: false,
-        })
+    let mut init = p.qp_init(B, QpType::Rc);
+    init.cap.max_recv_wr = 1024;
+    let eng = &mut p.e[B];
+    let qpn = eng.create_qp(init).unwrap();
+    // rxe's RC defaults (MTU 1024, 16 READs/atomics, RNR timer 12), as
+    // ConnectAttr::new has them; the QP expects the captured first PSN.
+    eng.connect_qp(qpn, &ConnectAttr::new(AddressVector::new(req_ip), requester_qpn, first_psn, Psn::ZERO))
         .unwrap();
-    let mut a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::ALL, ..QpAttr::default() };
-    eng.modify_qp(qpn, &a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)
-        .unwrap();
-    a.qp_state = QpState::Rtr;
-    a.av = AddressVector::new(req_ip);
-    a.path_mtu = PathMtu::Mtu1024;
-    a.dest_qp_num = requester_qpn;
-    a.rq_psn = first_psn;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 12;
-    eng.modify_qp(
-        qpn,
-        &a,
-        AttrMask::STATE
-            | AttrMask::AV
-            | AttrMask::PATH_MTU
-            | AttrMask::DEST_QPN
-            | AttrMask::RQ_PSN
-            | AttrMask::MAX_DEST_RD_ATOMIC
-            | AttrMask::MIN_RNR_TIMER,
-    )
-    .unwrap();
     // Receive buffers for SENDs and WRITEs with immediate.
     let rbuf = MemBuf::new(1 << 20);
     let rkeys = eng
@@ -197,8 +176,8 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
 
     // Feed each request, collect what the responder sends before the next.
     let mut ours = Vec::new();
-    let mut buf = vec![0u8; 9000];
-    let now = Instant::ZERO;
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let now = p.now;
     for f in &requests {
         let mut r = f.repr();
         r.packet.bth.dest_qp = qpn;
@@ -219,14 +198,14 @@ fn replay(frames: &[Frame], req_ip: IpAddr, resp_ip: IpAddr) -> usize {
             }
             _ => unreachable!(),
         };
-        eng.handle_datagram(now, &meta, &udp_payload);
-        while let Some(tx) = eng.poll_transmit(now, &mut buf) {
+        p.deliver(B, &meta, &udp_payload);
+        while let Some(tx) = p.e[B].poll_transmit(now, &mut buf) {
             assert_eq!(tx.meta.dst, req_ip);
             let p = roce_wire::RocePacketRepr::parse(&buf[..tx.len]).unwrap();
             ours.push(resp_of(&p));
         }
     }
-    let c = eng.counters();
+    let c = p.e[B].counters();
     assert_eq!((c.icrc_errors, c.malformed_dropped, c.duplicate_request), (0, 0, 0), "{c:?}");
     assert_eq!(ours.len(), captured.len(), "number of responses");
     for (i, (o, k)) in ours.iter().zip(&captured).enumerate() {

@@ -8,8 +8,8 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
 use roce_proto::{
-    Access, AddressVector, AttrMask as M, CqId, Duration, Engine, EngineConfig, MemBuf, MrKeys, MrSpec,
-    PathMtu, QpAttr, QpCap, QpInitAttr, QpState, QpType, Wc,
+    Access, AddressVector, ConnectAttr, CqId, Duration, Engine, EngineConfig, MemBuf, MrKeys, MrSpec,
+    PathMtu, QpCap, QpInitAttr, QpType, Wc,
 };
 use roce_wire::Psn;
 
@@ -105,36 +105,21 @@ impl RcPair {
         }
         for i in 0..2 {
             let (me, peer) = (&sides[i], &sides[1 - i]);
-            let e = net.engine_mut(me.host);
-            let mut a = QpAttr {
-                qp_state: QpState::Init,
-                qp_access_flags: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-                ..QpAttr::default()
+            let c = ConnectAttr {
+                access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+                mtu: o.mtu,
+                max_dest_rd_atomic: o.max_dest_rd_atomic,
+                min_rnr_timer: o.min_rnr_timer,
+                timeout: o.timeout,
+                max_rd_atomic: o.max_rd_atomic,
+                ..ConnectAttr::new(
+                    AddressVector::new(addrs[1 - i]),
+                    peer.qpn,
+                    Psn::new(o.psn[1 - i]),
+                    Psn::new(o.psn[i]),
+                )
             };
-            e.modify_qp(me.qpn, &a, M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS).expect("INIT");
-            a.qp_state = QpState::Rtr;
-            a.av = AddressVector::new(addrs[1 - i]);
-            a.path_mtu = o.mtu;
-            a.dest_qp_num = peer.qpn;
-            a.rq_psn = Psn::new(o.psn[1 - i]);
-            a.max_dest_rd_atomic = o.max_dest_rd_atomic;
-            a.min_rnr_timer = o.min_rnr_timer;
-            let rtr = M::STATE
-                | M::AV
-                | M::PATH_MTU
-                | M::DEST_QPN
-                | M::RQ_PSN
-                | M::MAX_DEST_RD_ATOMIC
-                | M::MIN_RNR_TIMER;
-            e.modify_qp(me.qpn, &a, rtr).expect("RTR");
-            a.qp_state = QpState::Rts;
-            a.sq_psn = Psn::new(o.psn[i]);
-            a.timeout = o.timeout;
-            a.retry_cnt = 7;
-            a.rnr_retry = 7;
-            a.max_rd_atomic = o.max_rd_atomic;
-            let rts = M::STATE | M::SQ_PSN | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::MAX_QP_RD_ATOMIC;
-            e.modify_qp(me.qpn, &a, rts).expect("RTS");
+            net.engine_mut(me.host).connect_qp(me.qpn, &c).expect("RC QP to RTS");
         }
         let [a, b]: [Side; 2] = sides.try_into().unwrap_or_else(|_| unreachable!("two sides"));
         RcPair { net, sides: [a, b] }

@@ -1,5 +1,6 @@
-//! A steady-state message stream between two engines joined in memory (no
-//! sockets), shared by the `engine` benchmark and the `no_alloc` test.
+//! A steady-state message stream over a `roce_proto::testkit::Pair` (two
+//! engines joined in memory), shared by the `engine` benchmark and the
+//! `no_alloc` test.
 //!
 //! Engine A has one RC QP connected to one on engine B. A keeps `depth` send
 //! WRs outstanding: RDMA WRITEs of `len` bytes into one region of B, or SENDs
@@ -16,11 +17,10 @@
 //! counts can tell the engine's allocations from the caller's.
 #![allow(dead_code)]
 
-use core::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
+use roce_proto::testkit::{Pair, Region, A, B};
 use roce_proto::*;
-use roce_wire::Psn;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -31,19 +31,14 @@ pub enum Kind {
 }
 
 pub struct Stream {
-    pub e: [Engine; 2],
-    pub now: Instant,
+    pub p: Pair,
     pub qpn: [u32; 2],
-    cq: [CqId; 2],
     pub kind: Kind,
     pub len: u32,
     pub depth: usize,
     pub batch: usize,
-    src: Arc<MemBuf>,
-    src_keys: MrKeys,
-    dst: Arc<MemBuf>,
-    dst_keys: MrKeys,
-    buf: Vec<u8>,
+    src: Region,
+    dst: Region,
     wcs: Vec<Wc>,
     /// Send WRs posted and not yet completed.
     pub outstanding: usize,
@@ -62,76 +57,29 @@ pub struct Stream {
 
 impl Stream {
     pub fn new(kind: Kind, len: u32, mtu: PathMtu, depth: usize, batch: usize) -> Stream {
-        let ip = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
-        let mut e =
-            [Engine::new(EngineConfig::new(vec![ip[0]]), 1), Engine::new(EngineConfig::new(vec![ip[1]]), 2)];
-        let pd = [e[0].alloc_pd(), e[1].alloc_pd()];
-        let cq = [e[0].create_cq(4096).unwrap(), e[1].create_cq(4096).unwrap()];
+        let mut p = Pair::with_seeds([1, 2]);
         let cap = QpCap {
             max_send_wr: depth.max(1) as u32,
             max_recv_wr: depth.max(1) as u32,
             max_inline_data: 512,
             ..QpCap::default()
         };
-        let qpn: [u32; 2] = core::array::from_fn(|s| {
-            e[s].create_qp(QpInitAttr {
-                qp_type: QpType::Rc,
-                pd: pd[s],
-                send_cq: cq[s],
-                recv_cq: cq[s],
-                srq: None,
-                cap,
-                sq_sig_all: false,
-            })
-            .unwrap()
-        });
-        for s in 0..2 {
-            let o = 1 - s;
-            let (rq, sq) = (Psn::new(1000 * o as u32 + 7), Psn::new(1000 * s as u32 + 7));
-            let c = ConnectAttr {
-                mtu,
-                max_dest_rd_atomic: 4,
-                min_rnr_timer: 1,
-                max_rd_atomic: 4,
-                ..ConnectAttr::new(AddressVector::new(ip[o]), qpn[o], rq, sq)
-            };
-            e[s].connect_qp(qpn[s], &c).unwrap();
-        }
-        let region = |e: &mut Engine, pd: PdId, iova: u64| {
-            let buf = MemBuf::new(len as usize);
-            let keys = e
-                .reg_mr(
-                    pd,
-                    MrSpec {
-                        buf: buf.clone(),
-                        offset: 0,
-                        length: len as usize,
-                        iova: Some(iova),
-                        access: Access::ALL,
-                    },
-                )
-                .unwrap();
-            (buf, keys)
-        };
-        let (src, src_keys) = region(&mut e[0], pd[0], 0x1000_0000);
-        let (dst, dst_keys) = region(&mut e[1], pd[1], 0x2000_0000);
+        // ACK timeout 14 (~67 ms): the stream never waits for it.
+        let conn = p.connect_with(QpType::Rc, |a| a.cap = cap, mtu, [7, 1007], |_, c| c.timeout = 14);
+        let src = p.region(A, len as usize, 0x1000_0000, Access::ALL);
+        let dst = p.region(B, len as usize, 0x2000_0000, Access::ALL);
         let pattern: Vec<u8> =
             (0..len as usize).map(|i| (i as u8).wrapping_mul(13).wrapping_add(1)).collect();
-        e[0].mr_write(src_keys.lkey, 0, &pattern).unwrap();
+        p.put(&src, 0, &pattern);
         Stream {
-            e,
-            now: Instant::ZERO,
-            qpn,
-            cq,
+            p,
+            qpn: conn.qpn,
             kind,
             len,
             depth,
             batch,
             src,
-            src_keys,
             dst,
-            dst_keys,
-            buf: vec![0u8; 9000],
             wcs: vec![Wc::EMPTY; 256],
             outstanding: 0,
             recv_posted: 0,
@@ -146,19 +94,19 @@ impl Stream {
     }
 
     pub fn source(&self) -> &Arc<MemBuf> {
-        &self.src
+        &self.src.buf
     }
 
     pub fn dest(&self) -> &Arc<MemBuf> {
-        &self.dst
+        &self.dst.buf
     }
 
     fn make_send(&mut self) -> SendWr {
         let id = self.next_wr_id;
         self.next_wr_id += 1;
-        let sge = Sge { addr: self.src_keys.addr, length: self.len, lkey: self.src_keys.lkey };
+        let sge = Sge { addr: self.src.keys.addr, length: self.len, lkey: self.src.keys.lkey };
         let op = match self.kind {
-            Kind::Write => SendOp::Write { remote_addr: self.dst_keys.addr, rkey: self.dst_keys.rkey },
+            Kind::Write => SendOp::Write { remote_addr: self.dst.keys.addr, rkey: self.dst.keys.rkey },
             Kind::Send | Kind::SendInline => SendOp::Send,
         };
         let mut wr = SendWr::new(id, op, vec![sge]);
@@ -171,7 +119,7 @@ impl Stream {
         self.next_wr_id += 1;
         RecvWr {
             wr_id: id,
-            sg_list: vec![Sge { addr: self.dst_keys.addr, length: self.len, lkey: self.dst_keys.lkey }],
+            sg_list: vec![Sge { addr: self.dst.keys.addr, length: self.len, lkey: self.dst.keys.lkey }],
         }
     }
 
@@ -194,7 +142,7 @@ impl Stream {
             } else {
                 self.make_recv()
             };
-            self.e[1].post_recv(self.qpn[1], wr).unwrap();
+            self.p.e[1].post_recv(self.qpn[1], wr).unwrap();
             self.recv_posted += 1;
             self.posted_recvs += 1;
         }
@@ -204,7 +152,7 @@ impl Stream {
             } else {
                 self.make_send()
             };
-            self.e[0].post_send(self.qpn[0], wr).unwrap();
+            self.p.e[0].post_send(self.qpn[0], wr).unwrap();
             self.outstanding += 1;
             self.posted_sends += 1;
         }
@@ -213,24 +161,11 @@ impl Stream {
     /// One round: post, move packets both ways, run timers, reap.
     pub fn round(&mut self) {
         self.post();
-        let now = self.now;
-        let [a, b] = &mut self.e;
-        for _ in 0..self.batch {
-            let Some(tx) = a.poll_transmit(now, &mut self.buf) else { break };
-            b.handle_datagram(now, &tx.meta, &self.buf[..tx.len]);
-        }
-        while let Some(tx) = b.poll_transmit(now, &mut self.buf) {
-            a.handle_datagram(now, &tx.meta, &self.buf[..tx.len]);
-        }
-        for e in [&mut *a, &mut *b] {
-            if e.poll_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-        }
-        self.now = self.now + Duration::from_nanos(100);
+        self.p.exchange(self.batch);
+        self.p.now = self.p.now + Duration::from_nanos(100);
         // Reap.
         loop {
-            let n = self.e[0].poll_cq(self.cq[0], &mut self.wcs).unwrap();
+            let n = self.p.e[0].poll_cq(self.p.cq[0], &mut self.wcs).unwrap();
             for wc in &self.wcs[..n] {
                 assert_eq!(wc.status, WcStatus::Success, "send completion {wc:?}");
                 assert_eq!(wc.byte_len, self.len);
@@ -238,7 +173,7 @@ impl Stream {
             self.outstanding -= n;
             self.completed += n as u64;
             if self.is_send() {
-                let m = self.e[1].poll_cq(self.cq[1], &mut self.wcs).unwrap();
+                let m = self.p.e[1].poll_cq(self.p.cq[1], &mut self.wcs).unwrap();
                 for wc in &self.wcs[..m] {
                     assert_eq!(wc.status, WcStatus::Success, "receive completion {wc:?}");
                     assert_eq!(wc.byte_len, self.len);
@@ -260,7 +195,7 @@ impl Stream {
             self.round();
             if (self.completed, self.packets()) == before {
                 idle += 1;
-                assert!(idle < 1000, "stream stalled: {:?}", self.e[0].counters());
+                assert!(idle < 1000, "stream stalled: {:?}", self.p.e[0].counters());
             } else {
                 idle = 0;
             }
@@ -269,20 +204,18 @@ impl Stream {
 
     /// Packets sent by both engines so far (data and ACKs).
     pub fn packets(&self) -> u64 {
-        self.e[0].counters().sent_pkts + self.e[1].counters().sent_pkts
+        self.p.e[0].counters().sent_pkts + self.p.e[1].counters().sent_pkts
     }
 
     /// Packets sent by A (the data direction).
     pub fn data_packets(&self) -> u64 {
-        self.e[0].counters().sent_pkts
+        self.p.e[0].counters().sent_pkts
     }
 
     /// Checks the destination holds the source's bytes.
     pub fn check_data(&mut self) {
-        let mut src = vec![0; self.len as usize];
-        let mut dst = vec![0; self.len as usize];
-        self.e[0].mr_read(self.src_keys.lkey, 0, &mut src).unwrap();
-        self.e[1].mr_read(self.dst_keys.lkey, 0, &mut dst).unwrap();
+        let src = self.p.mem(&self.src);
+        let dst = self.p.mem(&self.dst);
         assert_eq!(src, dst);
     }
 }
