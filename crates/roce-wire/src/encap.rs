@@ -99,33 +99,72 @@ impl EncapRepr {
     /// zero (it needs the payload: see [`EncapRepr::emit_frame`]). Returns
     /// the header length and the header kind the ICRC needs.
     pub fn emit_ip_udp(&self, buf: &mut [u8], transport_len: usize) -> Result<(usize, NetHeader)> {
-        let net = self.net_repr(transport_len)?;
-        let hl = net.header_len();
-        if buf.len() < hl {
-            return Err(WireError::BufferTooSmall { need: hl, have: buf.len() });
-        }
-        let ip_payload = udp::HEADER_LEN + transport_len;
-        match &net {
-            NetRepr::Ipv4(ip, u) => {
-                ip.emit(buf, ip_payload);
-                u.emit(&mut buf[ipv4::HEADER_LEN..], transport_len);
-            }
-            NetRepr::Ipv6(ip, u) => {
-                ip.emit(buf, ip_payload);
-                u.emit(&mut buf[ipv6::HEADER_LEN..], transport_len);
-            }
-            NetRepr::Grh(_) => unreachable!("net_repr gives IPv4 or IPv6"),
-        }
-        Ok((hl, net.icrc_kind()))
+        self.emit_headers(buf, transport_len, true)
     }
 
     /// The ICRC of `transport` (BTH through pad, without the ICRC) carried
-    /// in these headers (Annex A17.3.3). The headers are built on the stack;
-    /// the masks are applied by `icrc::compute_split`.
+    /// in these headers (Annex A17.3.3). The headers are built on the stack
+    /// (without the IPv4 checksum, which the ICRC masks, as it masks the
+    /// other variant fields: `icrc::compute_split` applies the masks).
+    #[inline]
     pub fn icrc(&self, transport: &[u8]) -> Result<u32> {
         let mut h = [0u8; MAX_HEADER_LEN];
-        let (n, net) = self.emit_ip_udp(&mut h, transport.len() + ICRC_LEN)?;
+        let (n, net) = self.emit_headers(&mut h, transport.len() + ICRC_LEN, false)?;
         Ok(icrc::compute_split(&h[..n], transport, net))
+    }
+
+    /// [`EncapRepr::emit_ip_udp`], the IPv4 checksum computed or left zero.
+    /// Builds the headers straight from the fields: this runs for every
+    /// packet sent and received.
+    #[inline(always)]
+    fn emit_headers(
+        &self,
+        buf: &mut [u8],
+        transport_len: usize,
+        ip_checksum: bool,
+    ) -> Result<(usize, NetHeader)> {
+        let udp = UdpRepr { src_port: self.src_port, dst_port: self.dst_port, checksum: self.udp_checksum };
+        let udp_len = udp::HEADER_LEN + transport_len;
+        let (ip_len, net) = match (self.src, self.dst) {
+            (IpAddr::V4(src), IpAddr::V4(dst)) => {
+                if ipv4::HEADER_LEN + udp_len > usize::from(u16::MAX) {
+                    return Err(WireError::PayloadTooLarge(transport_len));
+                }
+                let need = ipv4::HEADER_LEN + udp::HEADER_LEN;
+                if buf.len() < need {
+                    return Err(WireError::BufferTooSmall { need, have: buf.len() });
+                }
+                let ip =
+                    Ipv4Repr { src, dst, tos: self.tos, ident: self.ident, dont_frag: true, ttl: self.ttl };
+                if ip_checksum {
+                    ip.emit(buf, udp_len);
+                } else {
+                    ip.emit_without_checksum(buf, udp_len);
+                }
+                (ipv4::HEADER_LEN, NetHeader::Ipv4)
+            }
+            (IpAddr::V6(src), IpAddr::V6(dst)) => {
+                if udp_len > usize::from(u16::MAX) {
+                    return Err(WireError::PayloadTooLarge(transport_len));
+                }
+                let need = ipv6::HEADER_LEN + udp::HEADER_LEN;
+                if buf.len() < need {
+                    return Err(WireError::BufferTooSmall { need, have: buf.len() });
+                }
+                let ip = Ipv6Repr {
+                    src,
+                    dst,
+                    traffic_class: self.tos,
+                    flow_label: self.flow_label,
+                    hop_limit: self.ttl,
+                };
+                ip.emit(buf, udp_len);
+                (ipv6::HEADER_LEN, NetHeader::Ipv6)
+            }
+            (src, dst) => return Err(WireError::MixedIpFamilies { src, dst }),
+        };
+        udp.emit(&mut buf[ip_len..], transport_len);
+        Ok((ip_len + udp::HEADER_LEN, net))
     }
 
     /// Length of the frame [`EncapRepr::emit_frame`] writes around a

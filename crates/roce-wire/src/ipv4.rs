@@ -126,6 +126,16 @@ impl Ipv4Repr {
 
     /// Writes a 20-byte header for a payload of `payload_len` bytes, with its checksum.
     pub fn emit(&self, buf: &mut [u8], payload_len: usize) {
+        self.emit_without_checksum(buf, payload_len);
+        let h = &mut buf[..HEADER_LEN];
+        let sum = !(ones_complement_sum(0, h) as u16);
+        set_u16(h, field::CHECKSUM, sum);
+    }
+
+    /// [`Ipv4Repr::emit`] with the header checksum left zero: for headers
+    /// only the ICRC sees, which masks the checksum (IBTA Annex A17.3.3).
+    #[inline]
+    pub fn emit_without_checksum(&self, buf: &mut [u8], payload_len: usize) {
         let h = &mut buf[..HEADER_LEN];
         h[field::VER_IHL] = 0x45;
         h[field::TOS] = self.tos;
@@ -137,8 +147,6 @@ impl Ipv4Repr {
         set_u16(h, field::CHECKSUM, 0);
         h[field::SRC..field::SRC + 4].copy_from_slice(&self.src.octets());
         h[field::DST..field::DST + 4].copy_from_slice(&self.dst.octets());
-        let sum = !(ones_complement_sum(0, h) as u16);
-        set_u16(h, field::CHECKSUM, sum);
     }
 
     /// ECN codepoint (RFC 3168): 0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
