@@ -29,8 +29,8 @@ use std::collections::VecDeque;
 
 use roce_wire::opcode::{self, Suffix};
 use roce_wire::{
-    AethRepr, BthRepr, ExtHeaders, NakCode, OpcodeInfo, Operation, Position, Psn, RocePacketRepr, Syndrome,
-    Transport,
+    AethRepr, BthRepr, ExtHeaders, NakCode, OpcodeInfo, Operation, Position, Psn, RethRepr, RocePacketRepr,
+    Syndrome, Transport,
 };
 
 use crate::datagram::DatagramMeta;
@@ -438,24 +438,14 @@ impl Responder {
     fn exec_read(&mut self, qp: &mut QpCore, res: &mut Res, pkt: &RocePacketRepr<'_>) -> Result<(), Fault> {
         self.check_rd_atomic_room(qp)?;
         let reth = pkt.ext.reth.expect("opcode table: READ request has a RETH");
-        let len = u64::from(reth.dma_len);
-        if len > 0 && res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_none() {
+        if !read_allowed(qp, res, &reth) {
             return Err(Fault::Nak(NakCode::RemoteAccessError, None));
         }
         let psn = pkt.bth.psn;
-        let npkts = len.div_ceil(qp.mtu() as u64).max(1) as u32;
+        let npkts = u64::from(reth.dma_len).div_ceil(qp.mtu() as u64).max(1) as u32;
         self.save_resource(qp, RespResource::Read { first_psn: psn, last_psn: psn.add(npkts - 1) });
         self.msn = (self.msn + 1) & 0x00ff_ffff;
-        let msn = self.msn;
-        self.push(RespItem::Read {
-            rkey: reth.rkey,
-            va: reth.va,
-            remaining: len,
-            psn,
-            first: true,
-            msn,
-            replay: false,
-        });
+        self.push_read(&reth, psn, false);
         self.epsn = psn.add(npkts);
         Ok(())
     }
@@ -513,20 +503,8 @@ impl Responder {
                     _ => false,
                 });
                 let reth = pkt.ext.reth.expect("READ request has a RETH");
-                let len = u64::from(reth.dma_len);
-                let ok = len == 0
-                    || res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_some();
-                if found && ok {
-                    let msn = self.msn;
-                    self.push(RespItem::Read {
-                        rkey: reth.rkey,
-                        va: reth.va,
-                        remaining: len,
-                        psn,
-                        first: true,
-                        msn,
-                        replay: true,
-                    });
+                if found && read_allowed(qp, res, &reth) {
+                    self.push_read(&reth, psn, true);
                 } else {
                     res.counters.dup_no_resource_dropped += 1;
                 }
@@ -543,6 +521,14 @@ impl Responder {
             }
             _ => {}
         }
+    }
+
+    /// Queues the responses to a READ (generated packet by packet as the
+    /// transmit side asks), under the current MSN.
+    fn push_read(&mut self, reth: &RethRepr, psn: Psn, replay: bool) {
+        let msn = self.msn;
+        let remaining = u64::from(reth.dma_len);
+        self.push(RespItem::Read { rkey: reth.rkey, va: reth.va, remaining, psn, first: true, msn, replay });
     }
 
     fn push(&mut self, item: RespItem) {
@@ -719,4 +705,12 @@ fn ud_grh(meta: &DatagramMeta, pkt: &RocePacketRepr<'_>) -> [u8; 40] {
         }
     }
     g
+}
+
+/// A READ may name `[va, va + len)` of a region whose R_Key allows remote
+/// reads and whose PD is the QP's (IBTA §9.7.5.1.3, §10.6.3.3); a
+/// zero-length READ names no memory and needs no key (C9-88).
+fn read_allowed(qp: &QpCore, res: &Res, reth: &RethRepr) -> bool {
+    let len = u64::from(reth.dma_len);
+    len == 0 || res.mrs.remote(reth.rkey, qp.init.pd, reth.va, len, Access::REMOTE_READ).is_some()
 }
