@@ -4,14 +4,10 @@
 //! [`crate::net::Rule`]s, so a test can drop or delay exactly the packet it
 //! is about.
 
-use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 
-use roce_proto::{
-    Access, AddressVector, ConnectAttr, CqId, Duration, Engine, EngineConfig, MemBuf, MrKeys, MrSpec,
-    PathMtu, QpCap, QpInitAttr, QpType, Wc,
-};
-use roce_wire::Psn;
+use roce_proto::testkit::{Pair, A, B};
+use roce_proto::{Access, CqId, Duration, Engine, MemBuf, MrKeys, PathMtu, QpCap, QpType, Wc};
 
 use crate::net::{App, HostId, Limits, LinkParams, Network, RunEnd, TraceMode};
 use crate::rng::SimRng;
@@ -71,57 +67,40 @@ impl App for Quiet {
 }
 
 impl RcPair {
+    /// The two engines, their memory and their QPs come from
+    /// `roce_proto::testkit::Pair` (the in-memory harness of the engine's
+    /// own tests, QPs connected through `connect_qp`); the engines are then
+    /// handed to the simulated network, which carries their packets.
     pub fn new(o: &PairOptions) -> RcPair {
-        let mut net = Network::new(SimRng::new(0), LinkParams::ideal(o.delay), TraceMode::Full);
-        let addrs = [IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), IpAddr::V4(Ipv4Addr::new(10, 0, 0, 2))];
-        let mut sides = Vec::new();
-        for (i, &addr) in addrs.iter().enumerate() {
-            let host = net.add_host(Engine::new(EngineConfig::new(vec![addr]), i as u64 + 1));
-            let e = net.engine_mut(host);
-            let pd = e.alloc_pd();
-            let cq = e.create_cq(1024).expect("CQ");
+        let mut p = Pair::with_seeds([1, 2]);
+        let regions = [A, B].map(|i| {
+            let r = p.region(i, o.mem_len, 0x1000_0000 + i as u64 * 0x100_0000, Access::ALL);
             let pattern: Vec<u8> =
                 (0..o.mem_len).map(|k| (k as u8).wrapping_mul(7).wrapping_add(i as u8 * 101)).collect();
-            let mem = MemBuf::from_slice(&pattern);
-            let spec = MrSpec {
-                buf: mem.clone(),
-                offset: 0,
-                length: o.mem_len,
-                iova: Some(0x1000_0000 + i as u64 * 0x100_0000),
-                access: Access::ALL,
-            };
-            let mr = e.reg_mr(pd, spec).expect("MR");
-            let init = QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap { max_send_wr: 256, max_recv_wr: 256, ..QpCap::default() },
-                sq_sig_all: false,
-            };
-            let qpn = e.create_qp(init).expect("QP");
-            sides.push(Side { host, qpn, cq, mem, mr });
-        }
-        for i in 0..2 {
-            let (me, peer) = (&sides[i], &sides[1 - i]);
-            let c = ConnectAttr {
-                access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
-                mtu: o.mtu,
-                max_dest_rd_atomic: o.max_dest_rd_atomic,
-                min_rnr_timer: o.min_rnr_timer,
-                timeout: o.timeout,
-                max_rd_atomic: o.max_rd_atomic,
-                ..ConnectAttr::new(
-                    AddressVector::new(addrs[1 - i]),
-                    peer.qpn,
-                    Psn::new(o.psn[1 - i]),
-                    Psn::new(o.psn[i]),
-                )
-            };
-            net.engine_mut(me.host).connect_qp(me.qpn, &c).expect("RC QP to RTS");
-        }
-        let [a, b]: [Side; 2] = sides.try_into().unwrap_or_else(|_| unreachable!("two sides"));
+            p.put(&r, 0, &pattern);
+            r
+        });
+        let cap = QpCap { max_send_wr: 256, max_recv_wr: 256, ..QpCap::default() };
+        let conn = p.connect_with(
+            QpType::Rc,
+            |a| a.cap = cap,
+            o.mtu,
+            o.psn,
+            |_, c| {
+                c.access = Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+                c.max_dest_rd_atomic = o.max_dest_rd_atomic;
+                c.min_rnr_timer = o.min_rnr_timer;
+                c.timeout = o.timeout;
+                c.max_rd_atomic = o.max_rd_atomic;
+            },
+        );
+        let (cq, [ea, eb]) = (p.cq, p.e);
+        let mut net = Network::new(SimRng::new(0), LinkParams::ideal(o.delay), TraceMode::Full);
+        let hosts = [net.add_host(ea), net.add_host(eb)];
+        let [a, b] = regions.map(|r| {
+            let i = r.side;
+            Side { host: hosts[i], qpn: conn.qpn[i], cq: cq[i], mem: r.buf, mr: r.keys }
+        });
         RcPair { net, sides: [a, b] }
     }
 
