@@ -66,7 +66,19 @@ pub struct Engine {
 impl Engine {
     /// A device with the given configuration; `seed` drives every
     /// identifier the engine draws (QPNs, keys, PSNs) through ChaCha20.
+    /// Deterministic, for tests and the simulator: 64 bits of seed can be
+    /// searched by whoever sees enough identifiers. A device facing a
+    /// network takes `with_key_seed` and 256 bits from the OS.
     pub fn new(cfg: EngineConfig, seed: u64) -> Engine {
+        Engine::with_rng(cfg, ChaCha20Rng::seed_from_u64(seed))
+    }
+
+    /// Like `new`, with a full 256-bit ChaCha20 key as the seed.
+    pub fn with_key_seed(cfg: EngineConfig, seed: [u8; 32]) -> Engine {
+        Engine::with_rng(cfg, ChaCha20Rng::from_seed(seed))
+    }
+
+    fn with_rng(cfg: EngineConfig, rng: ChaCha20Rng) -> Engine {
         Engine {
             res: Res {
                 cfg,
@@ -77,7 +89,7 @@ impl Engine {
                 counters: Counters::default(),
                 events: VecDeque::new(),
             },
-            rng: ChaCha20Rng::seed_from_u64(seed),
+            rng,
             ipv4_ids: Ipv4IdCache::default(),
             qps: BTreeMap::new(),
             ready: VecDeque::new(),

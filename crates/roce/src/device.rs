@@ -34,7 +34,9 @@ pub struct DeviceConfig {
     pub busy_poll: bool,
     /// Write every packet sent and received to this pcap file.
     pub pcap: Option<PathBuf>,
-    /// Seed of the engine's identifiers; `None` draws one from the OS.
+    /// Seed of the engine's identifiers, for reproducible runs only: 64
+    /// bits anyone who sees enough QPNs and keys can search. `None` (the
+    /// default) draws 256 bits from the OS and fails if it cannot.
     pub seed: Option<u64>,
     /// DSCP for outgoing packets (QPs may override through their address vector).
     pub dscp: u8,
@@ -105,15 +107,17 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
-fn os_seed() -> u64 {
-    let mut b = [0u8; 8];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        use std::io::Read;
-        let _ = f.read_exact(&mut b);
-    }
-    u64::from_ne_bytes(b)
-        ^ std::process::id() as u64
-        ^ std::time::SystemTime::now().elapsed().map_or(0, |d| d.as_nanos() as u64)
+/// The seed of a device's QPNs, keys and PSNs: 256 bits from the OS
+/// (`getrandom(2)`), or an error. There is no fallback: a weak seed would
+/// make every QPN and rkey predictable to a peer (ReDMArk's key guessing).
+fn os_seed() -> Result<[u8; 32]> {
+    seed_from(|b| getrandom::fill(b).map_err(|e| e.to_string()))
+}
+
+fn seed_from(fill: impl FnOnce(&mut [u8]) -> std::result::Result<(), String>) -> Result<[u8; 32]> {
+    let mut b = [0u8; 32];
+    fill(&mut b).map_err(Error::Randomness)?;
+    Ok(b)
 }
 
 impl Device {
@@ -133,7 +137,10 @@ impl Device {
         let mut ecfg = EngineConfig::new(vec![local.ip()]);
         ecfg.fixed_src_port = Some(local.port());
         ecfg.ecn = cfg.ecn;
-        let engine = Engine::new(ecfg, cfg.seed.unwrap_or_else(os_seed));
+        let engine = match cfg.seed {
+            Some(s) => Engine::new(ecfg, s),
+            None => Engine::with_key_seed(ecfg, os_seed()?),
+        };
         let mut core = Core::new(engine, io);
         if let Some(path) = &cfg.pcap {
             let capture = Capture::create(path, local)
@@ -843,5 +850,20 @@ impl Qp {
 impl Drop for Qp {
     fn drop(&mut self) {
         let _ = self.dev().with(|e| e.destroy_qp(self.qpn));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_randomness_from_the_os_is_an_error_not_a_weak_seed() {
+        let e = seed_from(|_| Err("getrandom: ENOSYS".into())).unwrap_err();
+        assert!(matches!(&e, Error::Randomness(m) if m.contains("ENOSYS")), "{e}");
+        let a = os_seed().unwrap();
+        let b = os_seed().unwrap();
+        assert_ne!(a, b, "two draws from the OS gave the same 256 bits");
+        assert_ne!(a, [0; 32]);
     }
 }

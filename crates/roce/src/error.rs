@@ -15,6 +15,10 @@ pub enum Error {
     /// Waiting for a completion or a peer took longer than allowed.
     #[error("timed out: {0}")]
     Timeout(&'static str),
+    /// The OS could not give the randomness that keys and QPNs are drawn
+    /// from (there is no weaker fallback).
+    #[error("no randomness from the OS: {0}")]
+    Randomness(String),
     /// A bad configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
