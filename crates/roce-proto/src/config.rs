@@ -21,6 +21,10 @@ pub struct EngineConfig {
     pub max_unacked_psns: u32,
     /// Ask for an ACK at least every this many packets of a long message.
     pub ack_req_every: u32,
+    /// Hold each connected QP's peer to the UDP source port of its first
+    /// packet (see `QpCore::peer_check`). Off by default: nothing in the
+    /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
+    pub pin_peer_port: bool,
     /// Mark outgoing packets ECN-capable (ECT(0)).
     pub ecn: bool,
     /// Device limits.
@@ -42,6 +46,7 @@ impl EngineConfig {
             pkey: roce_wire::bth::DEFAULT_PKEY,
             max_unacked_psns: limits::MAX_UNACKED_PSNS,
             ack_req_every: limits::ACK_REQ_EVERY,
+            pin_peer_port: false,
             ecn: true,
             max_qp: limits::MAX_QP,
             max_cqe: limits::MAX_CQE,

@@ -64,8 +64,16 @@ counters! {
     bad_state_dropped,
     /// Dropped: opcode's transport does not match the QP type.
     transport_mismatch_dropped,
-    /// Dropped: source address is not the connected peer.
+    /// Dropped: a request whose source address is not the connected peer.
     addr_mismatch_dropped,
+    /// Dropped: a response (ACK, NAK, READ response, atomic ACK) whose
+    /// source address is not the connected peer.
+    response_addr_mismatch_dropped,
+    /// Dropped: a packet from the peer's address but another UDP source
+    /// port than its first (`EngineConfig::pin_peer_port`).
+    port_mismatch_dropped,
+    /// Dropped: a CNP for no QP, or not from the QP's peer.
+    cnp_dropped,
     /// Dropped: P_Key does not match.
     pkey_violation_dropped,
     /// Dropped: UD Q_Key does not match.

@@ -36,7 +36,7 @@ use crate::cq::Cq;
 use crate::limits;
 use crate::mem::EngineId;
 use crate::mr::{sge_total, Mr, MrTable};
-use crate::qp::{self, QpCore};
+use crate::qp::{self, PeerCheck, QpCore};
 use crate::requester::Requester;
 use crate::res::{Res, Srq};
 use crate::responder::Responder;
@@ -456,6 +456,9 @@ impl Engine {
         let qp = self.qps.get_mut(&qpn).expect("looked up above");
         let from = qp.core.state;
         qp::apply_attrs(&mut qp.core, attr, mask);
+        if mask.contains(AttrMask::AV) {
+            qp.core.forget_peer_port();
+        }
         if mask.contains(AttrMask::SQ_PSN) {
             qp.req.start_at(attr.sq_psn);
             qp.comp.start_at(attr.sq_psn);
@@ -683,8 +686,17 @@ impl Engine {
         if meta.ecn == 3 {
             c.ecn_ce_rcvd += 1;
         }
+        let pin_port = self.res.cfg.pin_peer_port;
         if info.transport == Transport::Cnp {
-            c.cnp_rcvd += 1;
+            // Annex A17.9.3: a CNP names the QP whose packets were marked;
+            // only that QP's peer may slow it down.
+            match self.qps.get_mut(&pkt.bth.dest_qp) {
+                None => c.cnp_dropped += 1,
+                Some(qp) => match qp.core.peer_check(meta, pin_port) {
+                    PeerCheck::Pass => c.cnp_rcvd += 1,
+                    PeerCheck::WrongAddress | PeerCheck::WrongPort => c.cnp_dropped += 1,
+                },
+            }
             return;
         }
         if pkt.bth.pkey & 0x7fff != self.res.cfg.pkey & 0x7fff {
@@ -703,6 +715,21 @@ impl Engine {
         if !matches {
             c.transport_mismatch_dropped += 1;
             return;
+        }
+        match qp.core.peer_check(meta, pin_port) {
+            PeerCheck::Pass => {}
+            PeerCheck::WrongAddress if info.request => {
+                c.addr_mismatch_dropped += 1;
+                return;
+            }
+            PeerCheck::WrongAddress => {
+                c.response_addr_mismatch_dropped += 1;
+                return;
+            }
+            PeerCheck::WrongPort => {
+                c.port_mismatch_dropped += 1;
+                return;
+            }
         }
         let res = &mut self.res;
         if info.request {

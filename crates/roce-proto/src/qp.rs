@@ -8,6 +8,7 @@
 
 use std::collections::VecDeque;
 
+use crate::datagram::DatagramMeta;
 use crate::limits::{self, MAX_RD_ATOMIC};
 use crate::res::Res;
 use crate::timers::Timers;
@@ -18,6 +19,14 @@ use crate::verbs::{
 use crate::wqe::{RecvWqe, SendWqe};
 
 /// The shared part of a QP.
+/// What `QpCore::peer_check` found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PeerCheck {
+    Pass,
+    WrongAddress,
+    WrongPort,
+}
+
 pub(crate) struct QpCore {
     pub qpn: u32,
     pub init: QpInitAttr,
@@ -30,6 +39,9 @@ pub(crate) struct QpCore {
     pub timers: Timers,
     /// UDP source port: flow entropy (Annex A17.4.2).
     pub udp_sport: u16,
+    /// The UDP source port the connected peer sends from, learnt from its
+    /// first packet (see `peer_check`).
+    peer_sport: Option<u16>,
     /// A role met an error that ends the QP: the engine moves it to ERR as
     /// soon as the role returns (`Engine::settle`), in one place.
     error_pending: bool,
@@ -47,8 +59,42 @@ impl QpCore {
             rq: VecDeque::new(),
             timers: Timers::default(),
             udp_sport,
+            peer_sport: None,
             error_pending: false,
         }
+    }
+
+    /// Whether a packet may come from this QP's peer. A connected (RC or
+    /// UC) QP, once past INIT, takes requests, responses and CNPs only from
+    /// the address its address vector names (IBTA vol. 1 §9.6.1.1: a
+    /// connected QP is bound to one remote QP; RoCEv2 names it by IP). With
+    /// `pin_port` it also holds the peer to the UDP source port of its first
+    /// packet: Annex A17.4.2 has a QP's flow keep one source port, and rxe
+    /// and this engine do, but nothing in the connection tells the port, so
+    /// it is learnt. UD QPs and QPs not yet connected pass (their roles
+    /// decide).
+    pub fn peer_check(&mut self, meta: &DatagramMeta, pin_port: bool) -> PeerCheck {
+        let connected = matches!(self.init.qp_type, QpType::Rc | QpType::Uc)
+            && !matches!(self.state, QpState::Reset | QpState::Init);
+        if !connected {
+            return PeerCheck::Pass;
+        }
+        if meta.src != self.attr.av.dgid {
+            return PeerCheck::WrongAddress;
+        }
+        if pin_port {
+            match self.peer_sport {
+                None => self.peer_sport = Some(meta.src_port),
+                Some(p) if p != meta.src_port => return PeerCheck::WrongPort,
+                Some(_) => {}
+            }
+        }
+        PeerCheck::Pass
+    }
+
+    /// Forgets the peer's source port (a new address vector: a new peer).
+    pub fn forget_peer_port(&mut self) {
+        self.peer_sport = None;
     }
 
     pub fn mtu(&self) -> usize {

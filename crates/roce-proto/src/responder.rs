@@ -151,11 +151,6 @@ impl Responder {
             res.counters.bad_state_dropped += 1;
             return;
         }
-        // A connected QP takes requests from its peer only.
-        if qp.init.qp_type != QpType::Ud && meta.src != qp.attr.av.dgid {
-            res.counters.addr_mismatch_dropped += 1;
-            return;
-        }
         match qp.init.qp_type {
             QpType::Ud => self.ud_receive(qp, res, meta, pkt),
             QpType::Rc => self.rc_request(qp, res, info, pkt),
