@@ -3,6 +3,26 @@
 use crate::limits;
 use crate::verbs::Gid;
 
+/// The remote address (I/O virtual address) of a registered region, when
+/// its registration does not name one. RDMA peers address memory by it, so
+/// it is seen by every peer the rkey is given to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum MrAddressing {
+    /// The memory's own address, as ibverbs advertises it: tells peers
+    /// where the process's heap is (defeats ASLR for them).
+    Pointer,
+    /// 0 at the region's start (`IBV_ACCESS_ZERO_BASED` for every region):
+    /// peers see offsets.
+    ZeroBased,
+    /// A random page-aligned address below 2^63 drawn per region: peers
+    /// see offsets from an address they must be told, and a guesser gains
+    /// 51 more bits to find.
+    Random,
+    /// The given address (a registration that names its own).
+    Fixed(u64),
+}
+
 /// Device-wide settings.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -25,6 +45,8 @@ pub struct EngineConfig {
     /// packet (see `QpCore::peer_check`). Off by default: nothing in the
     /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
     pub pin_peer_port: bool,
+    /// The address a region advertises when its registration names none.
+    pub mr_addressing: MrAddressing,
     /// Mark outgoing packets ECN-capable (ECT(0)).
     pub ecn: bool,
     /// Device limits.
@@ -47,6 +69,7 @@ impl EngineConfig {
             max_unacked_psns: limits::MAX_UNACKED_PSNS,
             ack_req_every: limits::ACK_REQ_EVERY,
             pin_peer_port: false,
+            mr_addressing: MrAddressing::Pointer,
             ecn: true,
             max_qp: limits::MAX_QP,
             max_cqe: limits::MAX_CQE,

@@ -27,7 +27,7 @@ use rand_core::{RngCore, SeedableRng};
 use roce_wire::icrc::{self, Ipv4IdCache};
 use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
 
-pub use crate::config::EngineConfig;
+pub use crate::config::{EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
 use crate::completer::Completer;
@@ -62,6 +62,9 @@ pub struct Engine {
     stash: Option<Transmit>,
     stash_buf: Vec<u8>,
 }
+
+/// Bits of a random region address: below 2^63, page aligned.
+const RANDOM_IOVA_MASK: u64 = 0x7fff_ffff_ffff_f000;
 
 impl Engine {
     /// A device with the given configuration; `seed` drives every
@@ -151,7 +154,10 @@ impl Engine {
     }
 
     /// Registers memory (`ibv_reg_mr`). Remote Write or Remote Atomic
-    /// require Local Write (IBTA §10.6.3.1, C10-52). A buffer serves one
+    /// require Local Write (IBTA §10.6.3.1, C10-52). The address peers use
+    /// is the spec's `iova`, else 0 with `Access::ZERO_BASED`, else what
+    /// `EngineConfig::mr_addressing` says (the memory's address, as
+    /// ibverbs does, by default). A buffer serves one
     /// engine at a time: registering one that another engine's regions use
     /// fails with [`VerbsError::BufferOnOtherDevice`] (see [`MemBuf`](crate::MemBuf)).
     pub fn reg_mr(&mut self, pd: PdId, spec: MrSpec) -> Result<MrKeys, VerbsError> {
@@ -164,8 +170,12 @@ impl Engine {
         {
             return Err(Invalid::RemoteAccessWithoutLocalWrite.into());
         }
-        if a.0 & !Access::ALL.0 != 0 {
-            return Err(Invalid::UnknownAccessFlags(a.0 & !Access::ALL.0).into());
+        let known = Access::ALL.union(Access::ZERO_BASED).0;
+        if a.0 & !known != 0 {
+            return Err(Invalid::UnknownAccessFlags(a.0 & !known).into());
+        }
+        if a.contains(Access::ZERO_BASED) && spec.iova.is_some_and(|v| v != 0) {
+            return Err(Invalid::ZeroBasedWithIova.into());
         }
         match spec.offset.checked_add(spec.length) {
             Some(end) if end <= spec.buf.len() => {}
@@ -181,7 +191,20 @@ impl Engine {
         if self.res.mrs.count_in_pd(pd) >= self.res.cfg.max_mr {
             return Err(VerbsError::NoResources(Object::Mr));
         }
-        let iova = spec.iova.unwrap_or(spec.buf.addr() + spec.offset as u64);
+        let pointer = spec.buf.addr() + spec.offset as u64;
+        let addressing = match (spec.iova, a.contains(Access::ZERO_BASED)) {
+            (Some(v), _) => MrAddressing::Fixed(v),
+            (None, true) => MrAddressing::ZeroBased,
+            (None, false) => self.res.cfg.mr_addressing,
+        };
+        let iova = match addressing {
+            MrAddressing::Fixed(v) => v,
+            MrAddressing::Pointer => pointer,
+            MrAddressing::ZeroBased => 0,
+            // 2^51 page-sized slots below 2^63; the page offset of the
+            // memory is kept, so alignment (atomics) is the same.
+            MrAddressing::Random => (self.rng.next_u64() & RANDOM_IOVA_MASK) | (pointer & 0xfff),
+        };
         if iova.checked_add(spec.length as u64).is_none() {
             return Err(Invalid::IovaOverflow { iova, length: spec.length }.into());
         }

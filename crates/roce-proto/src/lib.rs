@@ -29,7 +29,7 @@ pub mod verbs;
 
 pub use connect::ConnectAttr;
 pub use counters::Counters;
-pub use engine::{DatagramMeta, Engine, EngineConfig, IcrcCheck, Transmit, MAX_DATAGRAM};
+pub use engine::{DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, Transmit, MAX_DATAGRAM};
 pub use mem::MemBuf;
 pub use time::{Duration, Instant};
 pub use verbs::*;

@@ -18,7 +18,12 @@ impl Access {
     pub const REMOTE_WRITE: Access = Access(1 << 1);
     pub const REMOTE_READ: Access = Access(1 << 2);
     pub const REMOTE_ATOMIC: Access = Access(1 << 3);
+    /// `IBV_ACCESS_ZERO_BASED`: the region's remote addresses start at 0,
+    /// so peers see offsets, not where the memory is (see
+    /// `EngineConfig::mr_addressing` for a device-wide choice).
+    pub const ZERO_BASED: Access = Access(1 << 5);
     pub const NONE: Access = Access(0);
+    /// Every access right (not `ZERO_BASED`, which is not a right).
     pub const ALL: Access = Access(0xf);
 
     pub const fn union(self, o: Access) -> Access {
@@ -523,6 +528,8 @@ pub enum Invalid {
     RegionOutsideBuffer { offset: usize, length: usize, size: usize },
     #[error("iova 0x{iova:x} + length {length} overflows 64 bits")]
     IovaOverflow { iova: u64, length: usize },
+    #[error("a zero-based region cannot also name an iova")]
+    ZeroBasedWithIova,
     #[error("CQ depth {depth} is not in 1..={max}")]
     CqDepth { depth: usize, max: usize },
     #[error("SRQ size {max_wr} WRs x {max_sge} SGEs is outside 1..={max_qp_wr} x 0..={max_sge_limit}")]

@@ -228,3 +228,176 @@ fn pinned_peer_port_drops_packets_from_another_port() {
     p.run();
     assert_eq!(p.get(&dst, 8, 8), vec![1; 8]);
 }
+
+/// The address a region advertises is every peer's to see. With
+/// `ZeroBased` or `Random` addressing it is not where the memory is (the
+/// process's layout stays private), and WRITE, READ and atomics work
+/// through it as before. `Access::ZERO_BASED` asks for it per region.
+#[test]
+fn regions_can_hide_where_their_memory_is() {
+    for mode in [MrAddressing::ZeroBased, MrAddressing::Random] {
+        let mut cfg = [EngineConfig::new(vec![ip(A)]), EngineConfig::new(vec![ip(B)])];
+        cfg[B].mr_addressing = mode;
+        let mut p = Pair::with_configs(cfg, [8, 9]);
+        let c = p.connect(PathMtu::Mtu1024, [100, 200], |_| {});
+        let src = p.region(A, 8192, 0x1000, Access::ALL);
+        let buf = MemBuf::new(8192);
+        let spec = MrSpec { buf: buf.clone(), offset: 0, length: 8192, iova: None, access: Access::ALL };
+        let keys = p.e[B].reg_mr(p.pd[B], spec).unwrap();
+        assert_ne!(keys.addr, buf.addr(), "{mode:?}: the region advertised its pointer");
+        if mode == MrAddressing::ZeroBased {
+            assert_eq!(keys.addr, 0);
+        } else {
+            assert!(keys.addr < 1 << 63 && keys.addr % 8 == buf.addr() % 8);
+        }
+        let dst = Region { side: B, buf, keys };
+        p.put(&src, 0, b"offsets, not pointers");
+        p.e[A].post_send(c.qpn[0], write(1, &dst, 4096, &src, 0, 21)).unwrap();
+        let fa = SendOp::FetchAdd { remote_addr: dst.keys.addr + 64, rkey: dst.keys.rkey, add: 7 };
+        p.e[A].post_send(c.qpn[0], SendWr::new(2, fa, vec![sge(&src, 128, 8)])).unwrap();
+        let rd = SendOp::Read { remote_addr: dst.keys.addr + 4096, rkey: dst.keys.rkey };
+        p.e[A].post_send(c.qpn[0], SendWr::new(3, rd, vec![sge(&src, 1024, 21)])).unwrap();
+        p.run();
+        assert!(p.poll(A).iter().all(|w| w.status == WcStatus::Success));
+        assert_eq!(p.get(&dst, 4096, 21), b"offsets, not pointers");
+        assert_eq!(p.word(&dst, 64), 7);
+        assert_eq!(p.get(&src, 1024, 21), b"offsets, not pointers");
+        // The pointer itself no longer names the memory.
+        let bad = SendOp::Write { remote_addr: dst.buf.addr() + 4096, rkey: dst.keys.rkey };
+        p.e[A].post_send(c.qpn[0], SendWr::new(4, bad, vec![sge(&src, 0, 8)])).unwrap();
+        p.run();
+        assert_eq!(p.poll(A)[0].status, WcStatus::RemAccessErr);
+    }
+    // Per region, as ibverbs' IBV_ACCESS_ZERO_BASED.
+    let mut p = Pair::new(10);
+    let buf = MemBuf::new(4096);
+    let spec = MrSpec { buf, offset: 0, length: 4096, iova: None, access: Access::ALL | Access::ZERO_BASED };
+    assert_eq!(p.e[A].reg_mr(p.pd[A], spec).unwrap().addr, 0);
+}
+
+/// Resource exhaustion by out-of-window packets, from a spoofer who knows
+/// the QP: a burst of duplicates of a WRITE (behind the window) is answered
+/// by one coalesced ACK, a burst of requests ahead of the window by one
+/// sequence NAK per gap, and a burst of duplicate READs by at most
+/// `max_dest_rd_atomic` replays: the responder's queue stays bounded
+/// whatever the flood's size.
+#[test]
+fn out_of_window_floods_cost_bounded_responses() {
+    const FLOOD: u32 = 20_000;
+    let (mut p, c, src, dst) = setup(11);
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 8)).unwrap();
+    let (meta, pkt) = take(&mut p, A).remove(0);
+    p.deliver(B, &meta, &pkt);
+    assert_eq!(take(&mut p, B).len(), 1, "the ACK");
+    let psn = RocePacketRepr::parse(&pkt).unwrap().bth.psn;
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // Behind the window: duplicates.
+    for _ in 0..FLOOD {
+        let back = 1 + (next() % 1000) as u32;
+        p.deliver(B, &meta, &forge(&meta, &pkt, |r| r.bth.psn = psn.add(1).sub(back)));
+    }
+    assert_eq!(take(&mut p, B).len(), 1, "one coalesced ACK for the burst");
+    // Ahead of the window.
+    for _ in 0..FLOOD {
+        let ahead = 2 + (next() % (1 << 20)) as u32;
+        p.deliver(B, &meta, &forge(&meta, &pkt, |r| r.bth.psn = psn.add(ahead)));
+    }
+    assert_eq!(take(&mut p, B).len(), 1, "one sequence NAK for the gap");
+    assert_eq!(p.e[B].counters().out_of_seq_request, u64::from(FLOOD));
+    assert_eq!(p.get(&dst, 0, 8), vec![0; 8], "no flooded WRITE executed");
+
+    // Duplicate READs: each may be replayed (IBTA §9.7.5.1.2), but only as
+    // many at once as there are responder resources.
+    let (mut p, c, src, dst) = setup(12);
+    let rd = SendOp::Read { remote_addr: dst.keys.addr, rkey: dst.keys.rkey };
+    p.e[A].post_send(c.qpn[0], SendWr::new(3, rd, vec![sge(&src, 0, 65536)])).unwrap();
+    let (meta, pkt) = take(&mut p, A).remove(0);
+    p.deliver(B, &meta, &pkt);
+    let one = take(&mut p, B).len();
+    assert_eq!(one, 64, "64 KiB at MTU 1024");
+    for _ in 0..FLOOD {
+        p.deliver(B, &meta, &pkt);
+    }
+    let slots = usize::from(p.e[B].query_qp(c.qpn[1]).unwrap().max_dest_rd_atomic).max(1);
+    let sent = take(&mut p, B).len();
+    assert!(sent <= slots * one, "{FLOOD} duplicate READs queued {sent} packets (bound {})", slots * one);
+    assert!(p.e[B].counters().dup_no_resource_dropped >= u64::from(FLOOD) - slots as u64);
+}
+
+/// Guessing (ReDMArk's QPN, PSN and rkey guessing), by a spoofer that sends
+/// from the peer's address. Each identifier is exact: every wrong guess,
+/// near or far, is refused. A request lands only with the right QPN (24
+/// bits, drawn at random), the expected PSN (24 bits, random at connect)
+/// and a valid rkey (32 bits, random) naming an address inside the region.
+/// Prints the expected attempts; `docs/security.md` has the figures.
+#[test]
+fn guessed_identifiers_are_refused() {
+    let (mut p, c, src, dst) = setup(13);
+    p.put(&src, 0, &[0xee; 8]);
+    p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 8)).unwrap();
+    let (meta, pkt) = take(&mut p, A).remove(0);
+    let real = RocePacketRepr::parse(&pkt).unwrap();
+    let (qpn, psn, rkey) = (real.bth.dest_qp, real.bth.psn, real.ext.reth.unwrap().rkey);
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    // Wrong QPN: nearby and random.
+    let mut tried = 0u64;
+    for i in 1..=2000u32 {
+        let guess = if i <= 1000 { qpn ^ i } else { next() as u32 & 0x00ff_ffff };
+        if guess == qpn {
+            continue;
+        }
+        p.deliver(B, &meta, &forge(&meta, &pkt, |r| r.bth.dest_qp = guess));
+        tried += 1;
+    }
+    assert_eq!(p.e[B].counters().unknown_qp_dropped, tried);
+    // Wrong rkey, right QPN and PSN: one guess, and the responder answers
+    // with a remote access NAK and ends the connection (IBTA §9.7.5.1.3, §9.9.3.1):
+    // a wrong rkey costs the attacker its one chance per PSN.
+    let wrong = rkey ^ (1 << (next() % 32));
+    p.deliver(
+        B,
+        &meta,
+        &forge(&meta, &pkt, |r| {
+            let mut reth = r.ext.reth.unwrap();
+            reth.rkey = wrong;
+            r.ext.reth = Some(reth);
+        }),
+    );
+    assert_eq!(p.get(&dst, 0, 8), vec![0; 8]);
+    let out = take(&mut p, B);
+    assert_eq!(out.len(), 1);
+    let nak = RocePacketRepr::parse(&out[0].1).unwrap();
+    assert_eq!(nak.ext.aeth.unwrap().syndrome, Syndrome::Nak(NakCode::RemoteAccessError));
+    assert_eq!(nak.bth.psn, psn);
+    // Expected attempts for a blind spoofer (one QP, one region), and at
+    // 10 million forged packets a second.
+    let qpn_space = 2f64.powi(24);
+    let psn_space = 2f64.powi(24);
+    let rkey_space = 2f64.powi(32);
+    let rate = 1e7;
+    let all = qpn_space * psn_space * rkey_space / 2.0;
+    println!(
+        "expected attempts: QPN alone {:.3e}, QPN+PSN {:.3e}, QPN+PSN+rkey {:.3e}",
+        qpn_space / 2.0,
+        qpn_space * psn_space / 2.0,
+        all
+    );
+    println!(
+        "at {rate:.0e} packets/s: {:.1} s, {:.1} days, {:.2e} years",
+        qpn_space / 2.0 / rate,
+        qpn_space * psn_space / 2.0 / rate / 86400.0,
+        all / rate / 86400.0 / 365.0
+    );
+}

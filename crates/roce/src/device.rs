@@ -45,6 +45,13 @@ pub struct DeviceConfig {
     /// Use UDP GSO where the kernel offers it (several datagrams in one
     /// send). Off: one datagram per message.
     pub gso: bool,
+    /// The address regions advertise to peers (default: the memory's own
+    /// address, as ibverbs does; `ZeroBased` or `Random` keep the process's
+    /// memory layout from peers).
+    pub mr_addressing: MrAddressing,
+    /// Hold each connected QP's peer to the UDP source port of its first
+    /// packet (see `EngineConfig::pin_peer_port`).
+    pub pin_peer_port: bool,
 }
 
 /// How a device checks the ICRC of the packets it receives.
@@ -73,7 +80,17 @@ impl std::fmt::Display for RxIcrcCheck {
 
 impl DeviceConfig {
     pub fn new(bind: SocketAddr) -> DeviceConfig {
-        DeviceConfig { bind, busy_poll: false, pcap: None, seed: None, dscp: 0, ecn: true, gso: true }
+        DeviceConfig {
+            bind,
+            busy_poll: false,
+            pcap: None,
+            seed: None,
+            dscp: 0,
+            ecn: true,
+            gso: true,
+            mr_addressing: MrAddressing::Pointer,
+            pin_peer_port: false,
+        }
     }
 }
 
@@ -137,6 +154,8 @@ impl Device {
         let mut ecfg = EngineConfig::new(vec![local.ip()]);
         ecfg.fixed_src_port = Some(local.port());
         ecfg.ecn = cfg.ecn;
+        ecfg.mr_addressing = cfg.mr_addressing;
+        ecfg.pin_peer_port = cfg.pin_peer_port;
         let engine = match cfg.seed {
             Some(s) => Engine::new(ecfg, s),
             None => Engine::with_key_seed(ecfg, os_seed()?),

@@ -26,7 +26,7 @@ pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
 pub use device::*;
 pub use error::{Error, Result};
 pub use roce_proto::{
-    Access, AddressVector, AsyncEvent, AttrMask, Counters, MemBuf, PathMtu, QpAttr, QpState, QpType, RecvWr,
-    SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
+    Access, AddressVector, AsyncEvent, AttrMask, Counters, MemBuf, MrAddressing, PathMtu, QpAttr, QpState,
+    QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
 };
 pub use roce_wire::Psn;
