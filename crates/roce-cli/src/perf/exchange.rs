@@ -231,6 +231,16 @@ pub struct Oob {
     /// Give up a wait over TCP after this long without a byte from the
     /// peer and without a change in `activity`.
     patience: Option<(Duration, Activity)>,
+    /// A server's bound on the exchange before the test ([`Oob::admit`]).
+    admission: Option<Admission>,
+}
+
+/// The exchange before the test, on a server: when it must be over, and
+/// the listener to close once the test begins.
+struct Admission {
+    deadline: Instant,
+    budget: Duration,
+    listener: Option<TcpListener>,
 }
 
 impl fmt::Debug for Oob {
@@ -257,6 +267,12 @@ pub fn listen(port: u16) -> Result<TcpListener> {
     dual()
         .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
         .map_err(|e| Error(format!("cannot listen on TCP port {port}: {e}")))
+}
+
+/// `a` with an IPv4-mapped IPv6 address written as IPv4 (a client of the
+/// dual-stack listener).
+pub fn canonical(a: SocketAddr) -> SocketAddr {
+    SocketAddr::new(a.ip().to_canonical(), a.port())
 }
 
 /// Connects to the first reachable address, retrying refused connections
@@ -289,7 +305,59 @@ pub fn connect(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream> {
 impl Oob {
     pub fn new(stream: TcpStream, role: Role) -> Oob {
         let _ = stream.set_nodelay(true);
-        Oob { stream, role, peer_is_roce: false, peer_version: String::new(), pump: None, patience: None }
+        Oob {
+            stream,
+            role,
+            peer_is_roce: false,
+            peer_version: String::new(),
+            pump: None,
+            patience: None,
+            admission: None,
+        }
+    }
+
+    /// A server's exchange with a client accepted at `accepted`: all of it
+    /// before the test must be over within `budget`, however the client
+    /// paces its bytes. `listener` closes when the test begins (later
+    /// clients are refused) unless [`Oob::take_listener`] takes it back.
+    pub fn admit(&mut self, accepted: Instant, budget: Duration, listener: TcpListener) {
+        self.admission = Some(Admission { deadline: accepted + budget, budget, listener: Some(listener) });
+    }
+
+    /// Moves the exchange's deadline by `d`, the time our own work took
+    /// (creating QPs and buffers), which is not the client's.
+    pub fn postpone(&mut self, d: Duration) {
+        if let Some(a) = &mut self.admission {
+            a.deadline += d;
+        }
+    }
+
+    /// The exchange is over and the test begins: no deadline any more (the
+    /// patience of [`Oob::set_patience`] goes on), the listener closes.
+    pub fn end_exchange(&mut self) {
+        if self.admission.take().is_some() {
+            let _ = self.stream.set_write_timeout(None);
+        }
+    }
+
+    /// The listener given to [`Oob::admit`], while the exchange is not over.
+    pub fn take_listener(&mut self) -> Option<TcpListener> {
+        self.admission.as_mut().and_then(|a| a.listener.take())
+    }
+
+    /// The exchange's deadline, if it has one.
+    fn deadline(&self) -> Option<Instant> {
+        self.admission.as_ref().map(|a| a.deadline)
+    }
+
+    /// An error once the exchange's deadline has passed.
+    fn check_deadline(&self) -> Result<()> {
+        match &self.admission {
+            Some(a) if Instant::now() >= a.deadline => {
+                Err(Error(format!("timed out in the exchange after {:.0} s", a.budget.as_secs_f64())))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Bounds every wait for the peer over TCP: it fails once `limit` has
@@ -352,13 +420,20 @@ impl Oob {
 
     fn send(&mut self, mut b: &[u8]) -> Result<()> {
         while !b.is_empty() {
+            self.check_deadline()?;
+            if let (Some(d), None) = (self.deadline(), &self.pump) {
+                let left = d.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+                self.stream.set_write_timeout(Some(left)).context("TCP socket")?;
+            }
             match self.stream.write(b) {
                 Ok(0) => return Err(Error("the peer closed the TCP connection".into())),
                 Ok(n) => b = &b[n..],
                 Err(e)
                     if matches!(
                         e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                        std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::Interrupted
                     ) =>
                 {
                     if let Some(p) = &mut self.pump {
@@ -376,11 +451,13 @@ impl Oob {
         if self.patience.is_some() {
             return self.recv_patiently(b);
         }
-        self.read_full(b, None).map_err(|e| match e.kind() {
+        let r = self.read_full(b, self.deadline());
+        r.map_err(|e| match e.kind() {
             std::io::ErrorKind::UnexpectedEof => Error("the peer closed the TCP connection early".into()),
-            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => {
-                Error("timed out waiting for the peer over TCP".into())
-            }
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => match self.check_deadline() {
+                Err(late) => late,
+                Ok(()) => Error("timed out waiting for the peer over TCP".into()),
+            },
             _ => Error(format!("receiving from the peer over TCP: {e}")),
         })
     }
@@ -390,7 +467,10 @@ impl Oob {
         let mut seen = self.patience.as_mut().map(|(_, a)| a());
         let mut quiet_since = Instant::now();
         while got < b.len() {
-            match self.read_some(&mut b[got..], Some(Instant::now() + PATIENCE_TICK)) {
+            self.check_deadline()?;
+            let tick = Instant::now() + PATIENCE_TICK;
+            let until = self.deadline().map_or(tick, |d| d.min(tick));
+            match self.read_some(&mut b[got..], Some(until)) {
                 Ok(0) => return Err(Error("the peer closed the TCP connection early".into())),
                 Ok(n) => {
                     got += n;
@@ -399,6 +479,7 @@ impl Oob {
                 Err(e)
                     if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
                 {
+                    self.check_deadline()?;
                     let Some((limit, activity)) = self.patience.as_mut() else { continue };
                     let now = Some(activity());
                     if now != seen {

@@ -7,7 +7,8 @@
 //! against a real device ([`super::run`]) and against replayed captures in
 //! the tests.
 
-use std::time::Duration;
+use std::fmt;
+use std::time::{Duration, Instant};
 
 use roce::PathMtu;
 
@@ -49,6 +50,35 @@ pub trait Side {
     fn check(&mut self, size: u64, peer_iters: u64) -> Verdict;
     /// The server's verdict on our data, from a `roce` server.
     fn peer_verdict(&mut self, v: Verdict);
+    /// The exchange is over: the test begins.
+    fn begin_test(&mut self) {}
+}
+
+/// Why [`drive`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// The peer failed the exchange before the test began (silent, slow,
+    /// gone, malformed, incompatible): a server can drop it and serve
+    /// another.
+    Exchange(Error),
+    /// The test, the exchanges during and after it, or our own resources.
+    Run(Error),
+}
+
+impl Failure {
+    pub fn into_error(self) -> Error {
+        match self {
+            Failure::Exchange(e) | Failure::Run(e) => e,
+        }
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Exchange(e) | Failure::Run(e) => e.fmt(f),
+        }
+    }
 }
 
 /// The test as this end runs it.
@@ -68,23 +98,26 @@ pub struct FlowSpec {
 /// Runs one test over an established TCP connection. Data checks that fail
 /// do not stop the exchange (the peer must see it through); they are
 /// returned as an error at the end.
-pub fn drive(oob: &mut Oob, spec: &FlowSpec, side: &mut dyn Side) -> Result<()> {
-    oob.versions()?;
-    let (cycle, _cache_line) = oob.sys_data(CYCLE_BUFFER, CACHE_LINE)?;
-    let mtu = oob.mtu(spec.mtu)?;
-    let local = side.setup(mtu, cycle as usize)?;
+pub fn drive(oob: &mut Oob, spec: &FlowSpec, side: &mut dyn Side) -> std::result::Result<(), Failure> {
+    oob.versions().map_err(Failure::Exchange)?;
+    let (cycle, _cache_line) = oob.sys_data(CYCLE_BUFFER, CACHE_LINE).map_err(Failure::Exchange)?;
+    let mtu = oob.mtu(spec.mtu).map_err(Failure::Exchange)?;
+    let t = Instant::now();
+    let local = side.setup(mtu, cycle as usize).map_err(Failure::Run)?;
+    oob.postpone(t.elapsed());
     side.print_header();
-    let mut f = Flow { oob, side, local, remote: Vec::new(), spec, failure: None };
-    match (spec.test.kind, spec.test.verb) {
-        (Kind::Bw, Verb::Send) => f.send_bw()?,
-        (Kind::Bw, _) => f.rdma_bw()?,
-        (Kind::Lat, Verb::Write) => f.write_lat()?,
-        (Kind::Lat, Verb::Send) => f.send_lat()?,
-        (Kind::Lat, _) => f.read_atomic_lat()?,
-    }
-    match f.failure {
-        Some(e) => Err(e),
-        None => Ok(()),
+    let mut f = Flow { oob, side, local, remote: Vec::new(), spec, failure: None, begun: false };
+    let r = match (spec.test.kind, spec.test.verb) {
+        (Kind::Bw, Verb::Send) => f.send_bw(),
+        (Kind::Bw, _) => f.rdma_bw(),
+        (Kind::Lat, Verb::Write) => f.write_lat(),
+        (Kind::Lat, Verb::Send) => f.send_lat(),
+        (Kind::Lat, _) => f.read_atomic_lat(),
+    };
+    match (r, f.failure) {
+        (Err(e), _) if !f.begun => Err(Failure::Exchange(e)),
+        (Err(e), _) | (Ok(()), Some(e)) => Err(Failure::Run(e)),
+        (Ok(()), None) => Ok(()),
     }
 }
 
@@ -95,11 +128,20 @@ struct Flow<'a> {
     remote: Vec<KeyMsg>,
     spec: &'a FlowSpec,
     failure: Option<Error>,
+    /// The test has begun (the exchange before it is over).
+    begun: bool,
 }
 
 impl Flow<'_> {
     fn server(&self) -> bool {
         self.oob.role == Role::Server
+    }
+
+    /// The exchange is over, the test begins.
+    fn begin(&mut self) {
+        self.begun = true;
+        self.oob.end_exchange();
+        self.side.begin_test();
     }
 
     /// A hand shake that only synchronises (on QP 0's keys).
@@ -149,6 +191,7 @@ impl Flow<'_> {
         self.connect()?;
         self.keys_and_print()?;
         self.sync()?;
+        self.begin();
         self.side.print_results_header();
         if self.server() && !duplex {
             // The client runs alone; we wait for it, then show its report.
@@ -206,6 +249,7 @@ impl Flow<'_> {
         self.connect()?;
         self.sync()?;
         self.keys_and_print()?;
+        self.begin();
         self.side.print_results_header();
         for &size in &self.spec.sizes {
             if server || duplex {
@@ -239,6 +283,7 @@ impl Flow<'_> {
         self.connect()?;
         self.keys_and_print()?;
         self.sync()?;
+        self.begin();
         self.side.print_results_header();
         for &size in &self.spec.sizes {
             let r = self.side.run_lat(size)?;
@@ -256,6 +301,7 @@ impl Flow<'_> {
         self.connect()?;
         self.keys_and_print()?;
         self.sync()?;
+        self.begin();
         if self.server() {
             self.close()?;
             self.side.print_footer();
@@ -277,6 +323,7 @@ impl Flow<'_> {
         self.connect()?;
         self.sync()?;
         self.keys_and_print()?;
+        self.begin();
         self.side.print_results_header();
         for &size in &self.spec.sizes {
             self.side.prepare_recv(size)?;

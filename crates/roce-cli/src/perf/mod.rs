@@ -13,9 +13,10 @@
 //! both in one process over 127.0.0.1: `roce perf write-bw --loopback`.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Instant;
 
 use clap::ValueEnum;
 
@@ -29,6 +30,7 @@ pub mod run;
 
 pub use args::{parse_mtu, Conf, PerfCommand, MAX_OUT_READS};
 use exchange::{Oob, Role};
+use flow::Failure;
 
 /// An error with a message meant for the user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +140,7 @@ pub fn main(cmd: &PerfCommand) -> ExitCode {
     } else if let Some(s) = &args.server {
         client(&conf, s)
     } else {
-        server(&conf, None, None, false)
+        server(&conf, None, None, false, true)
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -168,26 +170,42 @@ fn client(conf: &Conf, server: &str) -> Result<()> {
     }
     let stream = exchange::connect(&addrs, conf.timeout)?;
     let end = End { role: Role::Client, udp_port: conf.udp_port, pcap: conf.pcap.clone(), quiet: false };
-    run_end(conf, Oob::new(stream, Role::Client), None, &end)
+    client_end(conf, stream, &end)
 }
 
-/// Waits for one client on `listener` (or on `--bind`/any address and
-/// `-p`), then runs the test.
+/// The client's end of a test over `stream`.
+fn client_end(conf: &Conf, stream: TcpStream, end: &End) -> Result<()> {
+    let mut oob = Oob::new(stream, Role::Client);
+    let ip = match conf.bind {
+        Some(ip) => ip,
+        None => oob.local_ip()?,
+    };
+    let mut side = open_side(conf, ip, end)?;
+    let r = run_end(conf, &mut oob, &mut side, ip);
+    side.finish(r.map_err(Failure::into_error))
+}
+
+/// Waits for a client on `listener` (or on `--bind`/any address and
+/// `-p`), then runs the test. With `retry`, a client that fails the
+/// exchange before the test is dropped (one line on stderr, its QPs and
+/// buffers destroyed) and the next one served; the server ends with the
+/// first test that begins.
 fn server(
     conf: &Conf,
     listener: Option<TcpListener>,
     side: Option<run::RdmaSide>,
     quiet: bool,
+    retry: bool,
 ) -> Result<()> {
     let end = End { role: Role::Server, udp_port: conf.udp_port, pcap: conf.pcap.clone(), quiet };
     // With a known address, open the device first: a busy UDP port is
     // reported before anybody connects.
-    let side = match (side, conf.bind) {
+    let mut side = match (side, conf.bind) {
         (Some(s), _) => Some(s),
         (None, Some(ip)) => Some(open_side(conf, ip, &end)?),
         (None, None) => None,
     };
-    let listener = match listener {
+    let mut listener = match listener {
         Some(l) => l,
         None => exchange::listen(conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT))?,
     };
@@ -196,24 +214,50 @@ fn server(
         println!("* Waiting for client to connect... *");
         println!("************************************");
     }
-    let (stream, _) = listener.accept().context("accepting the client")?;
-    drop(listener);
-    run_end(conf, Oob::new(stream, Role::Server), side, &end)
+    loop {
+        let (stream, peer) = listener.accept().context("accepting the client")?;
+        let accepted = Instant::now();
+        let mut oob = Oob::new(stream, Role::Server);
+        let ip = match conf.bind {
+            Some(ip) => ip,
+            None => oob.local_ip()?,
+        };
+        // Without --bind, the device is on the address the client reached:
+        // one opened for an earlier client serves only the same address.
+        if conf.bind.is_none() && side.as_ref().is_some_and(|s| s.device().gid() != ip) {
+            side = None;
+        }
+        let mut s = match side.take() {
+            Some(s) => s,
+            None => open_side(conf, ip, &end)?,
+        };
+        oob.admit(accepted, conf.timeout, listener);
+        s.hold_output();
+        let r = run_end(conf, &mut oob, &mut s, ip);
+        match (r, oob.take_listener()) {
+            (Err(Failure::Exchange(e)), Some(l)) if retry => {
+                eprintln!("roce perf: dropped client {}: {e}", exchange::canonical(peer));
+                drop(oob);
+                s.reset();
+                side = Some(s);
+                listener = l;
+            }
+            (r, _) => return s.finish(r.map_err(Failure::into_error)),
+        }
+    }
 }
 
 fn open_side(conf: &Conf, ip: IpAddr, end: &End) -> Result<run::RdmaSide> {
     run::RdmaSide::open(conf, end.role, SocketAddr::new(ip, end.udp_port), end.pcap.clone(), end.quiet)
 }
 
-fn run_end(conf: &Conf, mut oob: Oob, side: Option<run::RdmaSide>, end: &End) -> Result<()> {
-    let ip = match conf.bind {
-        Some(ip) => ip,
-        None => oob.local_ip()?,
-    };
-    let mut side = match side {
-        Some(s) => s,
-        None => open_side(conf, ip, end)?,
-    };
+/// Runs the test over `oob` on `side`, whose device is on `ip`.
+fn run_end(
+    conf: &Conf,
+    oob: &mut Oob,
+    side: &mut run::RdmaSide,
+    ip: IpAddr,
+) -> std::result::Result<(), Failure> {
     let spec = flow::FlowSpec {
         test: conf.test,
         duplex: conf.duplex,
@@ -231,8 +275,7 @@ fn run_end(conf: &Conf, mut oob: Oob, side: Option<run::RdmaSide>, end: &End) ->
             let _ = dev.progress();
         }));
     }
-    let r = flow::drive(&mut oob, &spec, &mut side);
-    side.finish(r)
+    flow::drive(oob, &spec, side)
 }
 
 /// Server and client in one process, over real UDP between two devices.
@@ -249,13 +292,12 @@ fn loopback(conf: &Conf) -> Result<()> {
     let side = open_side(&sconf, ip, &send)?;
     let srv = std::thread::Builder::new()
         .name("perf-server".into())
-        .spawn(move || server(&sconf, Some(listener), Some(side), true))
+        .spawn(move || server(&sconf, Some(listener), Some(side), true, false))
         .context("starting the server thread")?;
     let mut cconf = conf.clone();
     cconf.bind = Some(ip);
     let end = End { role: Role::Client, udp_port: 0, pcap: conf.pcap.clone(), quiet: false };
-    let c = exchange::connect(&[addr], conf.timeout)
-        .and_then(|stream| run_end(&cconf, Oob::new(stream, Role::Client), None, &end));
+    let c = exchange::connect(&[addr], conf.timeout).and_then(|stream| client_end(&cconf, stream, &end));
     let s = srv.join().unwrap_or_else(|_| Err(Error("the server thread panicked".into())));
     match (c, s) {
         (Ok(()), Ok(())) => Ok(()),

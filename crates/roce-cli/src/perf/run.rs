@@ -160,6 +160,8 @@ pub struct RdmaSide {
     checked: bool,
     json: serde_json::Map<String, Value>,
     rows: Vec<Value>,
+    /// Text held back until the test begins ([`RdmaSide::hold_output`]).
+    held: Option<String>,
 }
 
 impl RdmaSide {
@@ -187,8 +189,12 @@ impl RdmaSide {
             };
             Error(format!("cannot open the RDMA device on UDP {bind}: {e}{hint}"))
         })?;
-        Ok(RdmaSide {
-            conf: conf.clone(),
+        Ok(RdmaSide::with_device(conf.clone(), role, dev, quiet))
+    }
+
+    fn with_device(conf: Conf, role: Role, dev: Device, quiet: bool) -> RdmaSide {
+        RdmaSide {
+            conf,
             role,
             quiet,
             dev,
@@ -200,7 +206,28 @@ impl RdmaSide {
             checked: false,
             json: serde_json::Map::new(),
             rows: Vec::new(),
-        })
+            held: None,
+        }
+    }
+
+    /// Forgets a peer dropped before the test: its QPs, CQs and buffers
+    /// are destroyed and what was printed for it is discarded; the device
+    /// stays for the next peer.
+    pub fn reset(&mut self) {
+        let (conf, dev) = (self.conf.clone(), self.dev.clone());
+        *self = RdmaSide::with_device(conf, self.role, dev, self.quiet);
+    }
+
+    /// Holds back what this end prints until the test begins, so that a
+    /// peer dropped before leaves nothing on stdout.
+    pub fn hold_output(&mut self) {
+        self.held = Some(String::new());
+    }
+
+    fn release_output(&mut self) {
+        if let Some(t) = self.held.take() {
+            print!("{t}");
+        }
     }
 
     /// The device (a handle to the same one).
@@ -212,9 +239,16 @@ impl RdmaSide {
         !self.quiet && !self.conf.json
     }
 
-    fn say(&self, s: &str) {
-        if self.text() {
-            println!("{s}");
+    fn say(&mut self, s: &str) {
+        if !self.text() {
+            return;
+        }
+        match &mut self.held {
+            Some(t) => {
+                t.push_str(s);
+                t.push('\n');
+            }
+            None => println!("{s}"),
         }
     }
 
@@ -319,6 +353,7 @@ impl RdmaSide {
     /// Ends the run: prints the JSON document and turns data-check
     /// failures into an error.
     pub fn finish(mut self, r: Result<()>) -> Result<()> {
+        self.release_output();
         let r = r.map_err(|e| Error(crate::report::with_send_error(&self.dev, e.0)));
         if self.conf.counters && !self.quiet {
             if self.conf.json {
@@ -440,7 +475,7 @@ impl Side for RdmaSide {
             out_reads: c.out_reads.into(),
             icrc_check: self.dev.rx_icrc_check().to_string(),
         };
-        self.say(&report::header(&h));
+        let header = report::header(&h);
         let role = if self.role == Role::Server { "server" } else { "client" };
         let j = &mut self.json;
         j.insert("test".into(), c.test.name().into());
@@ -461,6 +496,7 @@ impl Side for RdmaSide {
         };
         j.insert("unit".into(), unit.into());
         j.insert("icrc_check".into(), self.dev.rx_icrc_check().to_string().into());
+        self.say(&header);
     }
 
     fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool) -> Result<()> {
@@ -730,6 +766,10 @@ impl Side for RdmaSide {
                 }
             }
         }
+    }
+
+    fn begin_test(&mut self) {
+        self.release_output();
     }
 
     fn peer_verdict(&mut self, v: Verdict) {
