@@ -9,6 +9,8 @@
 //! NUL, 52 bytes; the server connects its QP and answers the same way; the
 //! client sends "done\0". A device on a UDP port other than 4791 announces
 //! the port in the LID field (RoCE has no LIDs; a stock peer sends 0).
+//! The server gives a client `--timeout` from accept for all of it; a
+//! client that fails it is dropped and the next one served.
 //!
 //! Then both ends ping-pong `-n` SENDs of `-s` bytes: the client sends
 //! first, each end sends again once its previous send completed and the
@@ -21,8 +23,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use roce::{
-    alloc_buffer, Access, AddressVector, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu,
-    Psn, Qp, QpBuilder, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
+    alloc_buffer, Access, AddressVector, AttrMask, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr,
+    PathMtu, Psn, Qp, QpAttr, QpBuilder, QpState, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
 };
 
 use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
@@ -229,21 +231,88 @@ pub fn client_exchange(s: &mut TcpStream, mine: &Dest) -> Result<Dest> {
 }
 
 /// `pp_server_exch_dest`: `connect` runs between reading the client's
-/// address and answering (the server's QP is ready before the client sends).
+/// address and answering (the server's QP is ready before the client
+/// sends). All of it, the client's "done\0" included, must be over by
+/// `deadline` (`budget` after accept), however the client paces its bytes.
 pub fn server_exchange(
     s: &mut TcpStream,
     mine: &Dest,
+    deadline: Instant,
+    budget: Duration,
     connect: impl FnOnce(&Dest) -> Result<()>,
 ) -> Result<Dest> {
-    use std::io::Read;
-    let theirs = Dest::decode(&read_msg(s)?)?;
+    let late = || Error(format!("timed out in the exchange after {} s", budget.as_secs()));
+    let mut msg = [0u8; MSG_LEN];
+    read_by(s, &mut msg, deadline).map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => late(),
+        _ => Error(format!("couldn't read the remote address: {e}")),
+    })?;
+    let theirs = Dest::decode(&msg)?;
     connect(&theirs)?;
-    write_all(s, &mine.encode())?;
-    // "done\0" (a stock client closes right after it).
-    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut done = [0u8; MSG_LEN];
-    let _ = s.read(&mut done);
+    write_by(s, &mine.encode(), deadline).map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => late(),
+        _ => Error(format!("couldn't send the local address: {e}")),
+    })?;
+    let mut done = [0u8; 5];
+    read_by(s, &mut done, deadline).map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut => late(),
+        _ => Error(format!("couldn't read the client's \"done\": {e}")),
+    })?;
+    if &done != b"done\0" {
+        return Err(Error(format!(
+            "malformed end of the exchange from the peer: {:?} instead of \"done\"",
+            String::from_utf8_lossy(&done)
+        )));
+    }
     Ok(theirs)
+}
+
+/// The time left until `deadline` (at least 1 ms: a zero timeout blocks),
+/// or a `TimedOut` error once it has passed.
+fn left(deadline: Instant) -> std::io::Result<Duration> {
+    match deadline.checked_duration_since(Instant::now()) {
+        Some(d) if !d.is_zero() => Ok(d.max(Duration::from_millis(1))),
+        _ => Err(std::io::ErrorKind::TimedOut.into()),
+    }
+}
+
+/// Fills `b` from `s` by `deadline`.
+fn read_by(s: &mut TcpStream, b: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    use std::io::{ErrorKind, Read};
+    let mut got = 0;
+    while got < b.len() {
+        s.set_read_timeout(Some(left(deadline)?))?;
+        match s.read(&mut b[got..]) {
+            Ok(0) => return Err(ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `b` to `s` by `deadline`.
+fn write_by(s: &mut TcpStream, mut b: &[u8], deadline: Instant) -> std::io::Result<()> {
+    use std::io::{ErrorKind, Write};
+    while !b.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        match s.write(b) {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(n) => b = &b[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The device and objects of one end.
@@ -335,6 +404,24 @@ impl End {
             }
         }
         Ok(end)
+    }
+
+    /// Makes the QP ready for another client after one was dropped: back
+    /// to RESET (UD: to RTS again with a full receive queue), its
+    /// completions discarded. The QPN and first PSN stay, so the local
+    /// address printed before still holds.
+    fn renew(&self) -> Result<()> {
+        self.qp.modify(&QpAttr { qp_state: QpState::Reset, ..QpAttr::default() }, AttrMask::STATE)?;
+        let mut wcs = [WC_ZERO; 16];
+        while self.cq.poll(&mut wcs)? > 0 {}
+        if let Some(d) = &self.ud_dest {
+            d.set(None);
+            self.qp.ready_ud(UD_QKEY)?;
+            for _ in 0..self.rx_depth {
+                self.post_recv()?;
+            }
+        }
+        Ok(())
     }
 
     fn post_recv(&self) -> Result<()> {
@@ -594,30 +681,54 @@ impl End {
     }
 }
 
-fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool) -> Result<String> {
-    let pre = match a.bind {
+/// Waits for a client on `listener` and runs the ping-pong with it. With
+/// `retry`, a client that fails the exchange is dropped (one line on
+/// stderr; the QP is reset for the next) and the next one served; the
+/// server ends with the first run that begins.
+fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool, retry: bool) -> Result<String> {
+    let mut kept = match a.bind {
         Some(ip) => Some(End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone().filter(|_| !quiet))?),
         None => None,
     };
-    if let (Some(e), false) = (&pre, quiet) {
+    let printed = kept.is_some();
+    if let (Some(e), false) = (&kept, quiet) {
         println!("{}", e.local_line());
     }
-    let (mut s, _) = listener.accept().context("accepting the client")?;
-    drop(listener);
-    bound(&s, a)?;
-    let printed = pre.is_some();
-    let end = match pre {
-        Some(e) => e,
-        None => {
-            let ip = s.local_addr().context("TCP socket")?.ip().to_canonical();
-            End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone())?
+    let budget = Duration::from_secs(a.timeout);
+    loop {
+        let (mut s, client) = listener.accept().context("accepting the client")?;
+        let deadline = Instant::now() + budget;
+        let _ = s.set_nodelay(true);
+        // Without --bind, the device is on the address the client reached:
+        // one opened for an earlier client serves only the same address.
+        let ip = match a.bind {
+            Some(ip) => ip,
+            None => s.local_addr().context("TCP socket")?.ip().to_canonical(),
+        };
+        let end = match kept.take() {
+            Some(e) if a.bind.is_some() || e.dev.gid() == ip => e,
+            stale => {
+                drop(stale);
+                End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone())?
+            }
+        };
+        match server_exchange(&mut s, &end.me, deadline, budget, |p| end.connect(p, a.mtu)) {
+            Ok(peer) => {
+                drop(listener);
+                let mut out = if printed { String::new() } else { end.local_line() + "\n" };
+                out += &peer.line("remote");
+                let t = end.run(a.iters, false, budget);
+                return end.finish(a, out, t);
+            }
+            Err(e) if retry => {
+                eprintln!("roce ping: dropped client {}: {e}", exchange::canonical(client));
+                drop(s);
+                end.renew()?;
+                kept = Some(end);
+            }
+            Err(e) => return Err(e),
         }
-    };
-    let mut out = if printed { String::new() } else { end.local_line() + "\n" };
-    let peer = server_exchange(&mut s, &end.me, |p| end.connect(p, a.mtu))?;
-    out += &peer.line("remote");
-    let t = end.run(a.iters, false, Duration::from_secs(a.timeout));
-    end.finish(a, out, t)
+    }
 }
 
 fn run(a: &PingArgs) -> Result<()> {
@@ -633,7 +744,7 @@ fn run(a: &PingArgs) -> Result<()> {
         let port = l.local_addr().context("TCP listener")?.port();
         let mut sa = a.clone();
         sa.bind = Some(ip);
-        let srv = std::thread::spawn(move || run_server(&sa, l, true));
+        let srv = std::thread::spawn(move || run_server(&sa, l, true, false));
         let mut ca = a.clone();
         ca.port = port;
         let c = run_client(&ca, &ip.to_string(), Some(ip), a.pcap.clone());
@@ -653,7 +764,7 @@ fn run(a: &PingArgs) -> Result<()> {
             println!("{out}");
         }
         None => {
-            let out = run_server(a, exchange::listen(a.port)?, false)?;
+            let out = run_server(a, exchange::listen(a.port)?, false, true)?;
             println!("{out}");
         }
     }
@@ -753,7 +864,8 @@ mod tests {
             });
             let (mut s, _) = l.accept().unwrap();
             let mut connected = None;
-            let peer = server_exchange(&mut s, &mine(), |d| {
+            let t = Duration::from_secs(10);
+            let peer = server_exchange(&mut s, &mine(), Instant::now() + t, t, |d| {
                 connected = Some(*d);
                 Ok(())
             })
