@@ -89,6 +89,12 @@ counters! {
     /// Responses beyond a gap the requester has already asked to fill
     /// (ignored until the answers to that request arrive).
     out_of_seq_response,
+    /// Dropped: a protected QP's packet that did not authenticate (wrong
+    /// key, changed bytes, or sent without protection).
+    crypto_auth_failed,
+    /// Dropped: a protected packet whose sequence number was seen before
+    /// or is older than the replay window.
+    crypto_replay_dropped,
     /// Packets received with ECN CE.
     ecn_ce_rcvd,
     /// CNPs received.

@@ -33,6 +33,7 @@ pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_
 use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
+use crate::crypto::{OpenError, QpCrypto, QpKeys};
 use crate::limits;
 use crate::mem::EngineId;
 use crate::mr::{sge_total, Mr, MrTable};
@@ -61,6 +62,8 @@ pub struct Engine {
     /// (allocated once, `MAX_DATAGRAM` bytes).
     stash: Option<Transmit>,
     stash_buf: Vec<u8>,
+    /// Where a protected datagram is opened (`MAX_DATAGRAM` bytes).
+    plain_buf: Vec<u8>,
 }
 
 /// Bits of a random region address: below 2^63, page aligned.
@@ -102,6 +105,7 @@ impl Engine {
             next_srq: 1,
             stash: None,
             stash_buf: vec![0; MAX_DATAGRAM],
+            plain_buf: vec![0; MAX_DATAGRAM],
         }
     }
 
@@ -651,9 +655,51 @@ impl Engine {
     pub fn handle_datagram(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) -> IcrcCheck {
         let check = self.check_icrc(meta, bytes);
         if matches!(check, IcrcCheck::Verified | IcrcCheck::Ipv4IdInferred(_)) {
-            self.handle_checked(now, meta, bytes);
+            self.handle_verified(now, meta, bytes);
         }
         check
+    }
+
+    /// Opens the datagram first if its QP is protected (`crypto`).
+    fn handle_verified(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
+        let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
+        let info = roce_wire::opcode::lookup(bytes[0]);
+        let protected = info.is_some_and(|i| i.transport != Transport::Cnp)
+            && self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some());
+        let (Some(info), true) = (info, protected) else {
+            return self.handle_checked(now, meta, bytes);
+        };
+        let hdr_len = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+        let mut plain = std::mem::take(&mut self.plain_buf);
+        let c = self.qps.get_mut(&qpn).and_then(|q| q.crypto.as_mut()).expect("checked above");
+        match c.open(bytes, hdr_len, &mut plain) {
+            Ok(n) => self.handle_checked(now, meta, &plain[..n]),
+            Err(OpenError::Malformed) => self.res.counters.malformed_dropped += 1,
+            Err(OpenError::Replay) => self.res.counters.crypto_replay_dropped += 1,
+            Err(OpenError::Auth) => self.res.counters.crypto_auth_failed += 1,
+        }
+        self.plain_buf = plain;
+    }
+
+    /// Protects a connected QP's packets with AES-128-GCM from now on (see
+    /// `crate::crypto` for the wire format). Both ends must set matching
+    /// keys before either sends: only an RC or UC QP that has not reached
+    /// RTS (RESET, INIT or RTR) takes them.
+    pub fn set_qp_keys(&mut self, qpn: u32, keys: &QpKeys) -> Result<(), VerbsError> {
+        let qp = self.qps.get_mut(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
+        if !matches!(qp.core.init.qp_type, QpType::Rc | QpType::Uc) {
+            return Err(Invalid::CryptoNeedsConnectedQp.into());
+        }
+        if !matches!(qp.core.state, QpState::Reset | QpState::Init | QpState::Rtr) {
+            return Err(VerbsError::BadState(qp.core.state));
+        }
+        qp.crypto = Some(Box::new(QpCrypto::new(keys)));
+        Ok(())
+    }
+
+    /// Whether a QP's packets are protected.
+    pub fn qp_protected(&self, qpn: u32) -> bool {
+        self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some())
     }
 
     /// Counts the datagram and checks its ICRC (see `datagram`).
@@ -796,7 +842,7 @@ impl Engine {
             let Some(qp) = self.qps.get_mut(&qpn) else { break };
             let at = tx.len;
             let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
-            let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..], len) else {
+            let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..at + MAX_DATAGRAM], len) else {
                 self.res.counters.emit_errors += 1;
                 continue;
             };
@@ -914,6 +960,8 @@ struct QpEntry {
     resp_turn: bool,
     /// Deadline registered in the engine's timer set.
     timer_key: Option<Instant>,
+    /// Keys of a protected QP (`Engine::set_qp_keys`).
+    crypto: Option<Box<QpCrypto>>,
 }
 
 impl QpEntry {
@@ -926,6 +974,7 @@ impl QpEntry {
             scheduled: false,
             resp_turn: false,
             timer_key: None,
+            crypto: None,
         }
     }
 
@@ -1028,7 +1077,7 @@ fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut QpEntry) {
 /// bytes (BTH through ICRC) that a role wrote into `buf`. `None` if the ICRC
 /// cannot be computed (the addresses mix IPv4 and IPv6, which post and
 /// modify refuse): such a packet must not leave with stale ICRC bytes.
-fn finish(cfg: &EngineConfig, qp: &QpEntry, buf: &mut [u8], len: usize) -> Option<Transmit> {
+fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> Option<Transmit> {
     let q = &qp.core;
     let ud_dest = if q.init.qp_type == QpType::Ud { qp.req.last_ud_dest() } else { None };
     let av = ud_dest.as_ref().map_or(q.av(), |d| &d.av);
@@ -1042,6 +1091,13 @@ fn finish(cfg: &EngineConfig, qp: &QpEntry, buf: &mut [u8], len: usize) -> Optio
         dst_port: av.udp_port.unwrap_or(cfg.udp_port),
         ecn,
         ipv4_id: Some(0),
+    };
+    let len = match &mut qp.crypto {
+        None => len,
+        Some(c) => {
+            let info = roce_wire::opcode::lookup(buf[0])?;
+            c.seal(buf, len, roce_wire::bth::HEADER_LEN + info.headers.len_bytes())?
+        }
     };
     let crc = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN])?;
     buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());

@@ -21,6 +21,7 @@ pub mod limits;
 
 pub mod connect;
 pub mod counters;
+pub mod crypto;
 pub mod engine;
 pub mod mem;
 pub mod testkit;
@@ -29,6 +30,7 @@ pub mod verbs;
 
 pub use connect::ConnectAttr;
 pub use counters::Counters;
+pub use crypto::{DirectionKey, QpKeys};
 pub use engine::{DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, Transmit, MAX_DATAGRAM};
 pub use mem::MemBuf;
 pub use time::{Duration, Instant};

@@ -554,6 +554,8 @@ pub enum Invalid {
     UdWithoutDestination,
     #[error("UD QPs are not connected (they are made ready with a Q_Key)")]
     UdNotConnected,
+    #[error("only a connected (RC or UC) QP can be protected")]
+    CryptoNeedsConnectedQp,
     #[error("a remote address plus length overflows 64 bits")]
     RemoteRangeOverflow,
     #[error("atomics take one 8-byte SGE")]

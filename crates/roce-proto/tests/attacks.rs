@@ -401,3 +401,127 @@ fn guessed_identifiers_are_refused() {
         all / rate / 86400.0 / 365.0
     );
 }
+
+fn keys(tx: u8, rx: u8) -> QpKeys {
+    QpKeys {
+        tx: DirectionKey { key: [tx; 16], salt: [tx; 4] },
+        rx: DirectionKey { key: [rx; 16], salt: [rx; 4] },
+    }
+}
+
+/// A protected connection (`Engine::set_qp_keys`): every operation works
+/// under loss, no payload crosses the wire in clear, and what an on-path
+/// attacker could still forge without encryption (a NAK or ACK spoofed
+/// from the peer's own address, with the live PSN) fails to authenticate.
+#[test]
+fn protected_qp_refuses_spoofed_packets_and_hides_its_data() {
+    let mut p = Pair::new(14);
+    let c = p.connect(PathMtu::Mtu1024, [100, 200], |_| {});
+    p.e[A].set_qp_keys(c.qpn[0], &keys(1, 2)).unwrap_err(); // already RTS
+    let mut p = Pair::new(14);
+    let qa = p.e[A].create_qp(p.qp_init(A, QpType::Rc)).unwrap();
+    let qb = p.e[B].create_qp(p.qp_init(B, QpType::Rc)).unwrap();
+    p.e[A].set_qp_keys(qa, &keys(1, 2)).unwrap();
+    p.e[B].set_qp_keys(qb, &keys(2, 1)).unwrap();
+    p.connect_qps([qa, qb], PathMtu::Mtu1024, [100, 200], |_, _| {}).unwrap();
+    let src = p.region(A, 65536, 0x1000, Access::ALL);
+    let dst = p.region(B, 65536, 0x10_0000, Access::ALL);
+    let secret: Vec<u8> = b"the quick brown fox ".iter().cycle().take(10_000).copied().collect();
+    p.put(&src, 0, &secret);
+    p.put(&dst, 20_000, &secret);
+    p.e[A].post_send(qa, write(1, &dst, 0, &src, 0, 10_000)).unwrap();
+    let rd = SendOp::Read { remote_addr: dst.keys.addr + 20_000, rkey: dst.keys.rkey };
+    p.e[A].post_send(qa, SendWr::new(2, rd, vec![sge(&src, 30_000, 10_000)])).unwrap();
+    let fa = SendOp::FetchAdd { remote_addr: dst.keys.addr + 40_000, rkey: dst.keys.rkey, add: 9 };
+    p.e[A].post_send(qa, SendWr::new(3, fa, vec![sge(&src, 50_000, 8)])).unwrap();
+    let mut n = 0;
+    p.run_with(
+        |_, _| {
+            n += 1;
+            n % 7 != 0 // lose every seventh packet
+        },
+        100_000,
+    );
+    let w = p.poll(A);
+    assert_eq!(w.len(), 3);
+    assert!(w.iter().all(|w| w.status == WcStatus::Success), "{w:?}");
+    assert_eq!(p.get(&dst, 0, 10_000), secret);
+    assert_eq!(p.get(&src, 30_000, 10_000), secret);
+    assert_eq!(p.word(&dst, 40_000), 9);
+    assert!(p.trace.len() > 20);
+    for (_, pkt) in &p.trace {
+        assert!(!pkt.windows(9).any(|w| w == b"quick bro"), "payload in clear on the wire");
+    }
+    assert!(p.e[A].counters().rcvd_seq_err + p.e[A].counters().completer_retry_err > 0, "no loss recovered");
+
+    // Spoofed from B's own address, live PSN: refused by the tag.
+    p.e[A].post_send(qa, write(4, &dst, 0, &src, 0, 8)).unwrap();
+    let reqs = take(&mut p, A);
+    let psn = RocePacketRepr::parse(&reqs[0].1).unwrap().bth.psn;
+    let (meta, _) = &reqs[0];
+    let back = DatagramMeta {
+        src: meta.dst,
+        dst: meta.src,
+        src_port: meta.dst_port,
+        dst_port: meta.src_port,
+        ..*meta
+    };
+    let ack_like = p.trace.iter().rev().find(|(f, b)| *f == B && b[0] == 0x11).expect("an ACK").1.clone();
+    for syndrome in [Syndrome::Nak(NakCode::RemoteAccessError), Syndrome::Ack { credits: 31 }] {
+        // Unprotected, as an attacker without the key would build it.
+        let plain = &ack_like[..ack_like.len() - 4 - 24];
+        let mut bytes = plain.to_vec();
+        bytes.extend_from_slice(&[0; 4]);
+        let forged = forge(&back, &bytes, |r| {
+            r.bth.psn = psn;
+            r.ext.aeth = Some(AethRepr { syndrome, msn: 0 });
+        });
+        p.deliver(A, &back, &forged);
+    }
+    assert_eq!(p.e[A].counters().crypto_auth_failed, 2);
+    assert_eq!(p.e[A].qp_state(qa), Some(QpState::Rts));
+    assert!(p.poll(A).is_empty(), "a forged ACK retired the WRITE");
+    // A replayed genuine packet is dropped by sequence number.
+    let old = p.trace.iter().find(|(f, _)| *f == A).expect("a request").1.clone();
+    p.deliver(B, meta, &old);
+    assert_eq!(p.e[B].counters().crypto_replay_dropped, 1);
+    for (m, b) in &reqs {
+        p.deliver(B, m, b);
+    }
+    p.run();
+    assert_eq!(p.poll(A)[0].status, WcStatus::Success);
+}
+
+/// Keys that do not match (or one end without protection) move nothing:
+/// every packet is dropped and counted, and the requester gives up after
+/// its retries.
+#[test]
+fn mismatched_keys_fail_cleanly() {
+    for b_keys in [Some(keys(2, 3)), None] {
+        let mut p = Pair::new(15);
+        let qa = p.e[A].create_qp(p.qp_init(A, QpType::Rc)).unwrap();
+        let qb = p.e[B].create_qp(p.qp_init(B, QpType::Rc)).unwrap();
+        p.e[A].set_qp_keys(qa, &keys(1, 2)).unwrap();
+        if let Some(k) = &b_keys {
+            p.e[B].set_qp_keys(qb, k).unwrap();
+        }
+        p.connect_qps([qa, qb], PathMtu::Mtu1024, [100, 200], |_, _| {}).unwrap();
+        let src = p.region(A, 4096, 0x1000, Access::ALL);
+        let dst = p.region(B, 4096, 0x10_0000, Access::ALL);
+        p.put(&src, 0, &[3; 64]);
+        p.e[A].post_send(qa, write(1, &dst, 0, &src, 0, 64)).unwrap();
+        p.run();
+        assert_eq!(p.poll(A)[0].status, WcStatus::RetryExcErr);
+        assert_eq!(p.get(&dst, 0, 64), vec![0; 64]);
+        // A protected B drops A's packets (wrong key); an unprotected B
+        // takes them for plain ones whose lengths are wrong and NAKs, and A
+        // drops B's unprotected answers.
+        let (a, b) = (p.e[A].counters(), p.e[B].counters());
+        match b_keys {
+            Some(_) => assert!(b.crypto_auth_failed > 0, "{b:?}"),
+            None => {
+                assert!(b.send_nak_err + b.malformed_dropped > 0 && a.crypto_auth_failed > 0, "{a:?} {b:?}")
+            }
+        }
+    }
+}

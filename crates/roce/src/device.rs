@@ -795,6 +795,18 @@ impl Qp {
         Endpoint { gid: self.dev().gid(), port: self.dev().local_addr().port(), qpn: self.qpn, psn: self.psn }
     }
 
+    /// Protects the QP's packets with these keys (AES-128-GCM, see
+    /// `roce::crypto` for agreeing on them). Call before `connect`; the
+    /// peer's QP must be given the mirrored keys.
+    pub fn protect(&self, keys: &QpKeys) -> Result<()> {
+        self.dev().with(|e| e.set_qp_keys(self.qpn, keys))
+    }
+
+    /// Whether the QP's packets are protected.
+    pub fn protected(&self) -> bool {
+        self.dev().with(|e| Ok(e.qp_protected(self.qpn))).unwrap_or(false)
+    }
+
     /// RC/UC: moves the QP RESET -> INIT -> RTR -> RTS towards `remote`
     /// (the peer's `endpoint()`), sending from this QP's own first PSN (the
     /// one `endpoint()` told the peer). UD QPs are not connected: see

@@ -14,6 +14,7 @@
 
 mod buffer;
 mod capture;
+pub mod crypto;
 mod device;
 mod driver;
 mod error;
@@ -26,7 +27,7 @@ pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
 pub use device::*;
 pub use error::{Error, Result};
 pub use roce_proto::{
-    Access, AddressVector, AsyncEvent, AttrMask, Counters, MemBuf, MrAddressing, PathMtu, QpAttr, QpState,
-    QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
+    Access, AddressVector, AsyncEvent, AttrMask, Counters, DirectionKey, MemBuf, MrAddressing, PathMtu,
+    QpAttr, QpKeys, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
 };
 pub use roce_wire::Psn;
