@@ -29,6 +29,7 @@ use roce::{
 
 use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
 use crate::perf::{parse_mtu, Context as _, Error, Result};
+use roce::crypto::Session;
 
 const RECV_WRID: u64 = 1;
 const SEND_WRID: u64 = 2;
@@ -107,6 +108,59 @@ pub struct PingArgs {
     /// Send one datagram per message, without UDP GSO.
     #[arg(long = "no-gso")]
     pub no_gso: bool,
+    /// Encrypt and authenticate the QP's packets (AES-128-GCM, keys agreed
+    /// by X25519 over TCP before the addresses). RC only; both ends must
+    /// ask for it, and only `roce` peers can.
+    #[arg(long, conflicts_with = "ud")]
+    pub encrypt: bool,
+    /// With --encrypt: a file whose bytes both ends mix into the keys.
+    #[arg(long, value_name = "FILE", requires = "encrypt")]
+    pub psk: Option<PathBuf>,
+}
+
+/// What `--encrypt` asks for: the pre-shared key, if any.
+type Encrypt = Option<Option<Vec<u8>>>;
+
+fn encryption(a: &PingArgs) -> Result<Encrypt> {
+    match (a.encrypt, &a.psk) {
+        (false, _) => Ok(None),
+        (true, None) => Ok(Some(None)),
+        (true, Some(p)) => Ok(Some(Some(crate::perf::args::read_psk(p).map_err(Error)?))),
+    }
+}
+
+/// An encrypting end sends this before its address: `rpp1:`, its X25519
+/// public key in hex, NUL (70 bytes). A stock peer never does; the first
+/// `MSG_LEN` bytes tell a hello from an address.
+const HELLO_TAG: &[u8; 5] = b"rpp1:";
+const HELLO_LEN: usize = HELLO_TAG.len() + 2 * roce::crypto::PUBLIC_KEY_LEN + 1;
+
+fn hello(kx: &roce::crypto::KeyExchange) -> Vec<u8> {
+    let mut h = HELLO_TAG.to_vec();
+    for b in kx.public_key() {
+        h.extend_from_slice(format!("{b:02x}").as_bytes());
+    }
+    h.push(0);
+    h
+}
+
+/// The peer's public key from a hello whose first `MSG_LEN` bytes are
+/// `first` and the rest `rest`.
+fn parse_hello(first: &[u8], rest: &[u8]) -> Result<[u8; roce::crypto::PUBLIC_KEY_LEN]> {
+    let all = [first, rest].concat();
+    let hex = &all[HELLO_TAG.len()..HELLO_LEN - 1];
+    let mut k = [0u8; roce::crypto::PUBLIC_KEY_LEN];
+    for (i, out) in k.iter_mut().enumerate() {
+        let s = std::str::from_utf8(&hex[2 * i..2 * i + 2]).ok();
+        *out = s
+            .and_then(|s| u8::from_str_radix(s, 16).ok())
+            .ok_or_else(|| Error("malformed encryption hello from the peer".into()))?;
+    }
+    Ok(k)
+}
+
+fn key_exchange() -> Result<roce::crypto::KeyExchange> {
+    roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))
 }
 
 fn parse_size(s: &str) -> std::result::Result<u32, String> {
@@ -222,12 +276,41 @@ fn write_all(s: &mut TcpStream, b: &[u8]) -> Result<()> {
     s.write_all(b).context("couldn't send the local address")
 }
 
-/// `pp_client_exch_dest`.
-pub fn client_exchange(s: &mut TcpStream, mine: &Dest) -> Result<Dest> {
-    write_all(s, &mine.encode())?;
-    let theirs = Dest::decode(&read_msg(s)?)?;
+/// `pp_client_exch_dest`; with `encrypt`, hellos first (see `HELLO_TAG`)
+/// and the agreed session.
+pub fn client_exchange(s: &mut TcpStream, mine: &Dest, encrypt: &Encrypt) -> Result<(Dest, Option<Session>)> {
+    let kx = match encrypt {
+        Some(_) => Some(key_exchange()?),
+        None => None,
+    };
+    let no_hello = || Error("the server does not encrypt: run both ends with --encrypt".into());
+    // One write: a server that refuses the hello closes at once.
+    let mut first_words = kx.as_ref().map(hello).unwrap_or_default();
+    first_words.extend_from_slice(&mine.encode());
+    write_all(s, &first_words).map_err(|e| if kx.is_some() { no_hello() } else { e })?;
+    let mut first = read_msg(s).map_err(|e| match &kx {
+        Some(_) => no_hello(),
+        None => Error(format!("{} (a roce server run with --encrypt hangs up on a client without it)", e.0)),
+    })?;
+    let mut session = None;
+    match (kx, first.starts_with(HELLO_TAG)) {
+        (Some(kx), true) => {
+            let mut rest = [0u8; HELLO_LEN - MSG_LEN];
+            std::io::Read::read_exact(s, &mut rest).context("couldn't read the server's hello")?;
+            let peer = parse_hello(&first, &rest)?;
+            let psk = encrypt.as_ref().and_then(|p| p.as_deref());
+            session = Some(kx.agree(&peer, true, psk).map_err(|e| Error(format!("encryption: {e}")))?);
+            first = read_msg(s)?;
+        }
+        (Some(_), false) => return Err(no_hello()),
+        (None, true) => {
+            return Err(Error("the server asks for encryption: run both ends with --encrypt".into()))
+        }
+        (None, false) => {}
+    }
+    let theirs = Dest::decode(&first)?;
     write_all(s, b"done\0")?;
-    Ok(theirs)
+    Ok((theirs, session))
 }
 
 /// `pp_server_exch_dest`: `connect` runs between reading the client's
@@ -239,17 +322,43 @@ pub fn server_exchange(
     mine: &Dest,
     deadline: Instant,
     budget: Duration,
-    connect: impl FnOnce(&Dest) -> Result<()>,
+    encrypt: &Encrypt,
+    connect: impl FnOnce(&Dest, Option<&Session>) -> Result<()>,
 ) -> Result<Dest> {
     let late = || Error(format!("timed out in the exchange after {} s", budget.as_secs()));
     let mut msg = [0u8; MSG_LEN];
-    read_by(s, &mut msg, deadline).map_err(|e| match e.kind() {
-        std::io::ErrorKind::TimedOut => late(),
-        _ => Error(format!("couldn't read the remote address: {e}")),
-    })?;
+    let read = |s: &mut TcpStream, b: &mut [u8]| {
+        read_by(s, b, deadline).map_err(|e| match e.kind() {
+            std::io::ErrorKind::TimedOut => late(),
+            _ => Error(format!("couldn't read the remote address: {e}")),
+        })
+    };
+    read(s, &mut msg)?;
+    let mut session = None;
+    let mut reply = Vec::new();
+    match (encrypt, msg.starts_with(HELLO_TAG)) {
+        (Some(psk), true) => {
+            let mut rest = [0u8; HELLO_LEN - MSG_LEN];
+            read(s, &mut rest)?;
+            let peer = parse_hello(&msg, &rest)?;
+            let kx = key_exchange()?;
+            reply = hello(&kx);
+            session =
+                Some(kx.agree(&peer, false, psk.as_deref()).map_err(|e| Error(format!("encryption: {e}")))?);
+            read(s, &mut msg)?;
+        }
+        (Some(_), false) => {
+            return Err(Error("the client does not encrypt: run both ends with --encrypt".into()))
+        }
+        (None, true) => {
+            return Err(Error("the client asks for encryption: run both ends with --encrypt".into()))
+        }
+        (None, false) => {}
+    }
     let theirs = Dest::decode(&msg)?;
-    connect(&theirs)?;
-    write_by(s, &mine.encode(), deadline).map_err(|e| match e.kind() {
+    connect(&theirs, session.as_ref())?;
+    reply.extend_from_slice(&mine.encode());
+    write_by(s, &reply, deadline).map_err(|e| match e.kind() {
         std::io::ErrorKind::TimedOut => late(),
         _ => Error(format!("couldn't send the local address: {e}")),
     })?;
@@ -478,7 +587,7 @@ impl End {
     /// INIT; `Qp::connect` moves the QP from RESET to RTS in one call, and
     /// receives are posted before the peer can send: the server answers the
     /// exchange only after this, the client sends only after this).
-    fn connect(&self, peer: &Dest, mtu: PathMtu) -> Result<()> {
+    fn connect(&self, peer: &Dest, mtu: PathMtu, session: Option<&Session>) -> Result<()> {
         if peer.gid == [0; 16] {
             return Err(Error("the peer sent no GID: run ibv_rc_pingpong with -g <gid index>".into()));
         }
@@ -500,6 +609,9 @@ impl End {
             max_dest_rd_atomic: 1,
             ..ConnectOptions::default()
         };
+        if let Some(s) = session {
+            self.qp.protect(&s.qp_keys(self.me.qpn, peer.qpn))?;
+        }
         self.qp.connect(&ep, &opts)?;
         for _ in 0..self.rx_depth {
             self.post_recv()?;
@@ -641,9 +753,9 @@ fn run_client(a: &PingArgs, server: &str, bind: Option<IpAddr>, pcap: Option<Pat
     let udp_port = if a.loopback { 0 } else { a.udp_port };
     let end = End::open(a, SocketAddr::new(ip, udp_port), pcap)?;
     let mut out = end.local_line();
-    let peer = client_exchange(&mut s, &end.me)?;
+    let (peer, session) = client_exchange(&mut s, &end.me, &encryption(a)?)?;
     out += &format!("\n{}", peer.line("remote"));
-    end.connect(&peer, a.mtu)?;
+    end.connect(&peer, a.mtu, session.as_ref())?;
     let t = end.run(a.iters, true, Duration::from_secs(a.timeout));
     end.finish(a, out, t)
 }
@@ -695,6 +807,7 @@ fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool, retry: bool) -> 
         println!("{}", e.local_line());
     }
     let budget = Duration::from_secs(a.timeout);
+    let encrypt = encryption(a)?;
     loop {
         let (mut s, client) = listener.accept().context("accepting the client")?;
         let deadline = Instant::now() + budget;
@@ -712,7 +825,7 @@ fn run_server(a: &PingArgs, listener: TcpListener, quiet: bool, retry: bool) -> 
                 End::open(a, SocketAddr::new(ip, a.udp_port), a.pcap.clone())?
             }
         };
-        match server_exchange(&mut s, &end.me, deadline, budget, |p| end.connect(p, a.mtu)) {
+        match server_exchange(&mut s, &end.me, deadline, budget, &encrypt, |p, k| end.connect(p, a.mtu, k)) {
             Ok(peer) => {
                 drop(listener);
                 let mut out = if printed { String::new() } else { end.local_line() + "\n" };
@@ -842,7 +955,7 @@ mod tests {
                 (a, rest)
             });
             let mut s = TcpStream::connect(addr).unwrap();
-            let peer = client_exchange(&mut s, &mine()).unwrap();
+            let (peer, _) = client_exchange(&mut s, &mine(), &None).unwrap();
             drop(s);
             assert_eq!(peer, Dest::decode(&segs[1].data).unwrap());
             let (a, rest) = fake.join().unwrap();
@@ -865,7 +978,7 @@ mod tests {
             let (mut s, _) = l.accept().unwrap();
             let mut connected = None;
             let t = Duration::from_secs(10);
-            let peer = server_exchange(&mut s, &mine(), Instant::now() + t, t, |d| {
+            let peer = server_exchange(&mut s, &mine(), Instant::now() + t, t, &None, |d, _| {
                 connected = Some(*d);
                 Ok(())
             })

@@ -13,19 +13,19 @@ pub fn counters_table(dev: &Device) -> String {
     let d = dev.driver_stats();
     let rule = "-".repeat(87);
     let mut out = format!("{rule}\n Device counters ({})\n", dev.local_addr());
-    out += &format!(" {:<28}: {}\n", "ICRC check (receive)", dev.rx_icrc_check());
+    out += &format!(" {:<30}: {}\n", "ICRC check (receive)", dev.rx_icrc_check());
     let gso = match &d.gso_refused {
         Some(why) => format!("off (the kernel refused it: {why})"),
         None => (if d.gso { "on" } else { "off" }).to_string(),
     };
-    out += &format!(" {:<28}: GSO {gso}, GRO {}\n", "UDP offloads", if d.gro { "on" } else { "off" });
+    out += &format!(" {:<30}: GSO {gso}, GRO {}\n", "UDP offloads", if d.gro { "on" } else { "off" });
     for (name, v) in c.iter() {
-        out += &format!(" {name:<28}: {v}\n");
+        out += &format!(" {name:<30}: {v}\n");
     }
-    out += &format!(" {:<28}: {}\n", "tx_dropped_socket_full", d.tx_dropped);
-    out += &format!(" {:<28}: {}\n", "tx_errors", d.tx_errors);
+    out += &format!(" {:<30}: {}\n", "tx_dropped_socket_full", d.tx_dropped);
+    out += &format!(" {:<30}: {}\n", "tx_errors", d.tx_errors);
     if let Some(e) = &d.first_tx_error {
-        out += &format!(" {:<28}: {e}\n", "first tx error");
+        out += &format!(" {:<30}: {e}\n", "first tx error");
     }
     out + &rule
 }

@@ -460,7 +460,7 @@ fn counters_ud_and_chk_over_loopback() {
     };
     let o = roce(&["perf", "write-bw", "--loopback", "-n", "50", "--counters"]);
     let out = assert_ok(&o, "perf --counters");
-    assert!(out.contains("ICRC check (receive)        : IPv4 ID inferred"), "{out}");
+    assert!(out.contains("ICRC check (receive)          : IPv4 ID inferred"), "{out}");
     assert!(out.contains(" ICRC check      : IPv4 ID inferred"), "{out}");
     assert!(value(&out, "rcvd_pkts") > 0 && value(&out, "sent_pkts") > 0, "{out}");
     assert_eq!(value(&out, "icrc_errors"), 0, "{out}");

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Subcommand;
-use roce::PathMtu;
+use roce::{MrAddressing, PathMtu};
 
 use super::{exchange, AtomicType, Kind, Test, Verb};
 
@@ -139,6 +139,43 @@ pub struct PerfArgs {
     /// Send one datagram per message, without UDP GSO.
     #[arg(long = "no-gso")]
     pub no_gso: bool,
+    /// Encrypt and authenticate every packet of the test's QPs
+    /// (AES-128-GCM, keys agreed by X25519 in the exchange). Both ends must
+    /// ask for it; only `roce` peers can.
+    #[arg(long)]
+    pub encrypt: bool,
+    /// With --encrypt: a file whose bytes both ends mix into the keys (a
+    /// pre-shared key), so that only a peer that knows it can take part.
+    #[arg(long, value_name = "FILE", requires = "encrypt")]
+    pub psk: Option<PathBuf>,
+    /// Which address memory regions advertise to the peer: the buffer's
+    /// own (pointer, as ibverbs), zero-based offsets, or a random base.
+    #[arg(long = "mr-addressing", value_name = "MODE", default_value = "pointer", value_parser = parse_mr_addressing)]
+    pub mr_addressing: MrAddressing,
+    /// Drop packets that come from the peer's address but another UDP
+    /// source port than its first packet's.
+    #[arg(long = "pin-peer-port")]
+    pub pin_peer_port: bool,
+}
+
+/// `--mr-addressing`: pointer, zero or random.
+pub fn parse_mr_addressing(s: &str) -> std::result::Result<MrAddressing, String> {
+    match s {
+        "pointer" => Ok(MrAddressing::Pointer),
+        "zero" | "zero-based" => Ok(MrAddressing::ZeroBased),
+        "random" => Ok(MrAddressing::Random),
+        _ => Err(format!("{s:?} is not a region addressing: choose pointer, zero or random")),
+    }
+}
+
+/// Reads a pre-shared key file: at least 16 bytes.
+pub fn read_psk(path: &std::path::Path) -> std::result::Result<Vec<u8>, String> {
+    let k =
+        std::fs::read(path).map_err(|e| format!("cannot read the pre-shared key {}: {e}", path.display()))?;
+    if k.len() < 16 {
+        return Err(format!("the pre-shared key {} has {} bytes: use at least 16", path.display(), k.len()));
+    }
+    Ok(k)
 }
 
 fn parse_num(s: &str, what: &str) -> std::result::Result<u64, String> {
@@ -259,6 +296,10 @@ pub struct Conf {
     pub timeout: Duration,
     pub counters: bool,
     pub gso: bool,
+    /// `--encrypt`, with the pre-shared key if any.
+    pub encrypt: Option<Option<Vec<u8>>>,
+    pub mr_addressing: MrAddressing,
+    pub pin_peer_port: bool,
 }
 
 impl Conf {
@@ -358,6 +399,13 @@ impl Conf {
             timeout: Duration::from_secs(a.timeout),
             counters: a.counters,
             gso: !a.no_gso,
+            encrypt: match (a.encrypt, &a.psk) {
+                (false, _) => None,
+                (true, None) => Some(None),
+                (true, Some(p)) => Some(Some(read_psk(p)?)),
+            },
+            mr_addressing: a.mr_addressing,
+            pin_peer_port: a.pin_peer_port,
         })
     }
 

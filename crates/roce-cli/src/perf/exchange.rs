@@ -45,6 +45,8 @@ const VERSION_LEN: usize = 16;
 pub const KEY_MSG_LEN: usize = 108;
 /// Marks a `roce` peer after the version string's NUL.
 const ROCE_TAG: &[u8; 4] = b"roce";
+/// After `ROCE_TAG`: this end asks for an encrypted test (`--encrypt`).
+const ENCRYPT_TAG: u8 = b'E';
 /// The buffer granularity we announce (the page size) and the cache line.
 pub const CYCLE_BUFFER: u32 = 4096;
 pub const CACHE_LINE: u32 = 64;
@@ -233,6 +235,10 @@ pub struct Oob {
     patience: Option<(Duration, Activity)>,
     /// A server's bound on the exchange before the test ([`Oob::admit`]).
     admission: Option<Admission>,
+    /// `--encrypt` on this end, with its pre-shared key if any.
+    encrypt: Option<Option<Vec<u8>>>,
+    /// The agreed secret of an encrypted test, once the keys crossed.
+    pub session: Option<roce::crypto::Session>,
 }
 
 /// The exchange before the test, on a server: when it must be over, and
@@ -313,7 +319,29 @@ impl Oob {
             pump: None,
             patience: None,
             admission: None,
+            encrypt: None,
+            session: None,
         }
+    }
+
+    /// Asks for an encrypted test (`--encrypt`): announced with the version
+    /// (see `versions`), the keys agreed by `agree_keys`.
+    pub fn set_encryption(&mut self, encrypt: Option<Option<Vec<u8>>>) {
+        self.encrypt = encrypt;
+    }
+
+    /// An encrypted test: both ends send an X25519 public key (after the
+    /// version, so both know it comes) and derive the session.
+    pub fn agree_keys(&mut self) -> Result<()> {
+        let Some(psk) = self.encrypt.clone() else { return Ok(()) };
+        let kx = roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))?;
+        let mut theirs = [0u8; roce::crypto::PUBLIC_KEY_LEN];
+        self.xchg(&kx.public_key(), &mut theirs)?;
+        let s = kx
+            .agree(&theirs, self.role == Role::Client, psk.as_deref())
+            .map_err(|e| Error(format!("encryption: {e}")))?;
+        self.session = Some(s);
+        Ok(())
     }
 
     /// A server's exchange with a client accepted at `accepted`: all of it
@@ -518,11 +546,29 @@ impl Oob {
         let mut mine = [0u8; VERSION_LEN];
         mine[..VERSION.len()].copy_from_slice(VERSION.as_bytes());
         mine[VERSION.len() + 1..VERSION.len() + 5].copy_from_slice(ROCE_TAG);
+        if self.encrypt.is_some() {
+            mine[VERSION.len() + 5] = ENCRYPT_TAG;
+        }
         let mut theirs = [0u8; VERSION_LEN];
         self.xchg(&mine, &mut theirs)?;
         let end = theirs.iter().position(|&c| c == 0).unwrap_or(VERSION_LEN);
         let v = String::from_utf8_lossy(&theirs[..end]).into_owned();
         self.peer_is_roce = end + 5 <= VERSION_LEN && &theirs[end + 1..end + 5] == ROCE_TAG;
+        let peer_encrypts = self.peer_is_roce && end + 6 <= VERSION_LEN && theirs[end + 5] == ENCRYPT_TAG;
+        match (self.encrypt.is_some(), peer_encrypts) {
+            (true, false) if !self.peer_is_roce => {
+                return Err(Error(
+                    "the peer is not roce and cannot encrypt: run without --encrypt against it".into(),
+                ))
+            }
+            (true, false) => {
+                return Err(Error("the peer does not encrypt: run both ends with --encrypt".into()))
+            }
+            (false, true) => {
+                return Err(Error("the peer asks for encryption: run both ends with --encrypt".into()))
+            }
+            _ => {}
+        }
         let num = leading_float(&v);
         if num < MIN_VERSION {
             return Err(Error(format!(

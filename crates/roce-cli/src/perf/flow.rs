@@ -7,6 +7,7 @@
 //! against a real device ([`super::run`]) and against replayed captures in
 //! the tests.
 
+use roce::crypto::Session;
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,8 @@ pub trait Side {
     /// The information block.
     fn print_header(&mut self);
     /// Moves the QPs to RTS towards the peer's.
-    fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool) -> Result<()>;
+    /// `session`: the keys of an encrypted test (`--encrypt`).
+    fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool, session: Option<&Session>) -> Result<()>;
     fn print_local(&mut self, local: &[KeyMsg]);
     fn print_remote(&mut self, remote: &KeyMsg);
     fn print_results_header(&mut self);
@@ -100,6 +102,7 @@ pub struct FlowSpec {
 /// returned as an error at the end.
 pub fn drive(oob: &mut Oob, spec: &FlowSpec, side: &mut dyn Side) -> std::result::Result<(), Failure> {
     oob.versions().map_err(Failure::Exchange)?;
+    oob.agree_keys().map_err(Failure::Exchange)?;
     let (cycle, _cache_line) = oob.sys_data(CYCLE_BUFFER, CACHE_LINE).map_err(Failure::Exchange)?;
     let mtu = oob.mtu(spec.mtu).map_err(Failure::Exchange)?;
     let t = Instant::now();
@@ -159,7 +162,7 @@ impl Flow<'_> {
     }
 
     fn connect(&mut self) -> Result<()> {
-        self.side.connect(&self.remote, self.oob.peer_is_roce)
+        self.side.connect(&self.remote, self.oob.peer_is_roce, self.oob.session.as_ref())
     }
 
     /// The second round of hand shakes, printing the peer's addresses.

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use clap::ValueEnum;
 
-mod args;
+pub(crate) mod args;
 pub mod exchange;
 pub mod flow;
 #[cfg(test)]
@@ -176,6 +176,7 @@ fn client(conf: &Conf, server: &str) -> Result<()> {
 /// The client's end of a test over `stream`.
 fn client_end(conf: &Conf, stream: TcpStream, end: &End) -> Result<()> {
     let mut oob = Oob::new(stream, Role::Client);
+    oob.set_encryption(conf.encrypt.clone());
     let ip = match conf.bind {
         Some(ip) => ip,
         None => oob.local_ip()?,
@@ -218,6 +219,7 @@ fn server(
         let (stream, peer) = listener.accept().context("accepting the client")?;
         let accepted = Instant::now();
         let mut oob = Oob::new(stream, Role::Server);
+        oob.set_encryption(conf.encrypt.clone());
         let ip = match conf.bind {
             Some(ip) => ip,
             None => oob.local_ip()?,

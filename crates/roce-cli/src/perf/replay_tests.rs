@@ -102,7 +102,12 @@ impl Side for FakeSide {
         Ok(self.keys.clone())
     }
     fn print_header(&mut self) {}
-    fn connect(&mut self, remote: &[KeyMsg], _peer_is_roce: bool) -> Result<()> {
+    fn connect(
+        &mut self,
+        remote: &[KeyMsg],
+        _peer_is_roce: bool,
+        _session: Option<&roce::crypto::Session>,
+    ) -> Result<()> {
         self.peer_keys = remote.to_vec();
         Ok(())
     }

@@ -54,6 +54,8 @@ pub struct HeaderInfo<'a> {
     pub out_reads: u32,
     /// How received ICRCs are checked (`Device::rx_icrc_check`).
     pub icrc_check: String,
+    /// `--encrypt`: how the packets are protected.
+    pub encryption: Option<&'static str>,
 }
 
 /// `ctx_print_test_info`.
@@ -95,6 +97,9 @@ pub fn header(h: &HeaderInfo<'_>) -> String {
     s += " rdma_cm QPs\t : OFF\n";
     s += " Data ex. method : Ethernet\n";
     s += &format!(" ICRC check      : {}\n", h.icrc_check);
+    if let Some(e) = h.encryption {
+        s += &format!(" Encryption      : {e}\n");
+    }
     s += RESULT_LINE;
     s
 }

@@ -9,6 +9,7 @@
 //! sources hold a pattern that depends on the QP and the offset, so the
 //! receiving end can check every byte of the last message.
 
+use roce::crypto::Session;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -177,6 +178,8 @@ impl RdmaSide {
         cfg.busy_poll = conf.busy_poll;
         cfg.pcap = pcap;
         cfg.gso = conf.gso;
+        cfg.mr_addressing = conf.mr_addressing;
+        cfg.pin_peer_port = conf.pin_peer_port;
         let dev = Device::open(cfg).map_err(|e| {
             let hint = match &e {
                 roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
@@ -474,6 +477,10 @@ impl Side for RdmaSide {
             mtu: self.mtu.bytes(),
             out_reads: c.out_reads.into(),
             icrc_check: self.dev.rx_icrc_check().to_string(),
+            encryption: c.encrypt.as_ref().map(|psk| match psk {
+                None => "AES-128-GCM per QP and direction, keys by X25519",
+                Some(_) => "AES-128-GCM per QP and direction, keys by X25519 and the pre-shared key",
+            }),
         };
         let header = report::header(&h);
         let role = if self.role == Role::Server { "server" } else { "client" };
@@ -496,10 +503,11 @@ impl Side for RdmaSide {
         };
         j.insert("unit".into(), unit.into());
         j.insert("icrc_check".into(), self.dev.rx_icrc_check().to_string().into());
+        j.insert("encrypted".into(), c.encrypt.is_some().into());
         self.say(&header);
     }
 
-    fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool) -> Result<()> {
+    fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool, session: Option<&Session>) -> Result<()> {
         self.peer_is_roce = peer_is_roce;
         self.remote = remote.to_vec();
         let ours = self.dev.gid();
@@ -518,6 +526,9 @@ impl Side for RdmaSide {
                 max_dest_rd_atomic: self.conf.out_reads,
                 ..ConnectOptions::default()
             };
+            if let Some(s) = session {
+                res.qps[i].protect(&s.qp_keys(res.qps[i].endpoint().qpn, r.qpn))?;
+            }
             res.qps[i].connect(&ep, &opts)?;
         }
         Ok(())
