@@ -119,14 +119,15 @@ type End = udp_pair::Side;
 /// Two devices on IPv4 loopback, both busy-polling or both with a driver
 /// thread: a 4096-entry CQ, 256 send and receive WRs, a 64 MiB MR from
 /// `alloc_buffer` (huge-page aligned) each, connected at MTU 4096.
-fn pair(busy: bool) -> (End, End) {
+fn pair(busy: bool, encrypt: bool) -> (End, End) {
     let side =
         udp_pair::SideOptions::default().busy_poll(busy).cq_depth(4096).qp_depths(256, 256).mr_len(64 << 20);
-    udp_pair::UdpPair::new(side).mtu(PathMtu::Mtu4096).open()
+    udp_pair::UdpPair::new(side).mtu(PathMtu::Mtu4096).encrypted(encrypt).open()
 }
 
-fn roce_write_bw() -> f64 {
-    let (a, b) = pair(false);
+/// `encrypt`: both QPs protected (AES-128-GCM, `Qp::protect`).
+fn roce_write_bw(encrypt: bool) -> f64 {
+    let (a, b) = pair(false, encrypt);
     let depth = 64u64;
     // perftest's write_bw moves a message's address through its cycle
     // buffer (a page) only for messages up to half of it; larger messages,
@@ -205,7 +206,7 @@ fn median_half(s: &mut [Duration]) -> f64 {
 /// perftest's write_lat: each side writes its iteration number into the
 /// other's buffer and spins on its own buffer for the reply.
 fn roce_write_lat(iters: usize) -> f64 {
-    let (a, b) = pair(true);
+    let (a, b) = pair(true, false);
     let run = |me: &End, peer: &End, first: bool| {
         let (rkey, raddr) = (peer.mr.rkey(), peer.mr.addr());
         let mut samples = Vec::with_capacity(iters);
@@ -260,7 +261,7 @@ fn main() {
     let only = std::env::var("ROCE_BENCH_ONLY").unwrap_or_default();
     if only == "roce-bw" {
         // for profiling the roce side alone
-        println!("roce write-bw: {:.2} Gb/s", roce_write_bw());
+        println!("roce write-bw: {:.2} Gb/s", roce_write_bw(false));
         return;
     }
     if only != "lat" {
@@ -282,18 +283,21 @@ fn throughput() {
     // Alternating rounds, as for latency: this VM's throughput drifts by 2x
     // within a minute, so only neighbouring phases compare.
     let rounds = 3;
-    let (mut vs_udp, mut vs_crc, mut vs_plain) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut vs_udp, mut vs_crc, mut vs_plain, mut enc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for r in 1..=rounds {
         let udp = raw_udp_throughput(Raw::Gso);
-        let roce = roce_write_bw();
+        let roce = roce_write_bw(false);
+        let roce_enc = roce_write_bw(true);
         let crc = if gso { raw_udp_throughput(Raw::GsoCrc) } else { udp };
         let plain = raw_udp_throughput(Raw::Plain);
         println!(
-            "  round {r}: raw UDP {udp:.1}, +CRC {crc:.1}, plain {plain:.1}, roce write-bw {roce:.1} Gb/s of payload"
+            "  round {r}: raw UDP {udp:.1}, +CRC {crc:.1}, plain {plain:.1}, roce write-bw {roce:.1}, \
+             encrypted {roce_enc:.1} Gb/s of payload"
         );
         vs_udp.push(roce / udp);
         vs_crc.push(roce / crc);
         vs_plain.push(roce / plain);
+        enc.push(roce_enc / roce);
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -305,6 +309,7 @@ fn throughput() {
         median(vs_plain)
     );
     println!("  ratio roce / raw UDP: {:.2} (median of {rounds} rounds; target >= 0.8)", median(vs_udp));
+    println!("  ratio roce encrypted (AES-128-GCM) / roce: {:.2} (median of {rounds} rounds)", median(enc));
 }
 
 /// Alternates rounds of raw UDP and roce so that both see the same machine

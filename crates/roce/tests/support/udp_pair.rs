@@ -116,12 +116,14 @@ pub struct UdpPair {
     pub x: SideOptions,
     pub y: SideOptions,
     pub connect: ConnectOptions,
+    /// Protect both QPs (`Qp::protect`) with keys agreed by X25519.
+    pub encrypt: bool,
 }
 
 impl UdpPair {
     /// Both sides alike, `ConnectOptions::default()`.
     pub fn new(side: SideOptions) -> Self {
-        UdpPair { x: side.clone(), y: side, connect: ConnectOptions::default() }
+        UdpPair { x: side.clone(), y: side, connect: ConnectOptions::default(), encrypt: false }
     }
     /// `y` made differently from `x`.
     pub fn y(mut self, side: SideOptions) -> Self {
@@ -132,9 +134,23 @@ impl UdpPair {
         self.connect.mtu = mtu;
         self
     }
+    /// With `Qp::protect` on both QPs.
+    pub fn encrypted(mut self, on: bool) -> Self {
+        self.encrypt = on;
+        self
+    }
     /// Opens both sides and connects their QPs.
     pub fn open(&self) -> (Side, Side) {
         let (x, y) = (self.x.open(), self.y.open());
+        if self.encrypt {
+            use roce::crypto::KeyExchange;
+            let (kx, ky) = (KeyExchange::new().unwrap(), KeyExchange::new().unwrap());
+            let (px, py) = (kx.public_key(), ky.public_key());
+            let (sx, sy) = (kx.agree(&py, true, None).unwrap(), ky.agree(&px, false, None).unwrap());
+            let (qx, qy) = (x.qp.endpoint().qpn, y.qp.endpoint().qpn);
+            x.qp.protect(&sx.qp_keys(qx, qy)).unwrap();
+            y.qp.protect(&sy.qp_keys(qy, qx)).unwrap();
+        }
         connect(&x, &y, &self.connect);
         (x, y)
     }
