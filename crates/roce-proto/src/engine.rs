@@ -64,6 +64,8 @@ pub struct Engine {
     stash_buf: Vec<u8>,
     /// Where a protected datagram is opened (`MAX_DATAGRAM` bytes).
     plain_buf: Vec<u8>,
+    /// Some QP was ever given keys.
+    any_protected: bool,
 }
 
 /// Bits of a random region address: below 2^63, page aligned.
@@ -106,6 +108,7 @@ impl Engine {
             stash: None,
             stash_buf: vec![0; MAX_DATAGRAM],
             plain_buf: vec![0; MAX_DATAGRAM],
+            any_protected: false,
         }
     }
 
@@ -664,7 +667,9 @@ impl Engine {
     fn handle_verified(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
         let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
         let info = roce_wire::opcode::lookup(bytes[0]);
-        let protected = info.is_some_and(|i| i.transport != Transport::Cnp)
+        // The QP lookup is paid only on a device that ever protected a QP.
+        let protected = self.any_protected
+            && info.is_some_and(|i| i.transport != Transport::Cnp)
             && self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some());
         let (Some(info), true) = (info, protected) else {
             return self.handle_checked(now, meta, bytes);
@@ -694,6 +699,7 @@ impl Engine {
             return Err(VerbsError::BadState(qp.core.state));
         }
         qp.crypto = Some(Box::new(QpCrypto::new(keys)));
+        self.any_protected = true;
         Ok(())
     }
 
