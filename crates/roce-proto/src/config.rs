@@ -45,6 +45,8 @@ pub struct EngineConfig {
     /// packet (see `QpCore::peer_check`). Off by default: nothing in the
     /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
     pub pin_peer_port: bool,
+    /// How CE-marked packets are answered with CNPs.
+    pub cnp: crate::engine::CnpConfig,
     /// The address a region advertises when its registration names none.
     pub mr_addressing: MrAddressing,
     /// Mark outgoing packets ECN-capable (ECT(0)).
@@ -70,6 +72,7 @@ impl EngineConfig {
             ack_req_every: limits::ACK_REQ_EVERY,
             pin_peer_port: false,
             mr_addressing: MrAddressing::Pointer,
+            cnp: crate::engine::CnpConfig::default(),
             ecn: true,
             max_qp: limits::MAX_QP,
             max_cqe: limits::MAX_CQE,

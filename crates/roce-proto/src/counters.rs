@@ -97,6 +97,8 @@ counters! {
     crypto_replay_dropped,
     /// Packets received with ECN CE.
     ecn_ce_rcvd,
+    /// CNPs sent (the notification point answering CE marks).
+    cnp_sent,
     /// CNPs received.
     cnp_rcvd,
 }

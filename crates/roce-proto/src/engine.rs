@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use roce_wire::icrc::{self, Ipv4IdCache};
-use roce_wire::{Psn, RocePacket, RocePacketRepr, Transport};
+use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport};
 
 pub use crate::config::{EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
@@ -41,7 +41,7 @@ use crate::qp::{self, PeerCheck, QpCore};
 use crate::requester::Requester;
 use crate::res::{Res, Srq};
 use crate::responder::Responder;
-use crate::time::Instant;
+use crate::time::{Duration, Instant};
 use crate::timers::TimerKind;
 use crate::verbs::*;
 use crate::wqe::{InlineData, RecvWqe, SendWqe};
@@ -66,6 +66,25 @@ pub struct Engine {
     plain_buf: Vec<u8>,
     /// Some QP was ever given keys.
     any_protected: bool,
+}
+
+/// The notification point of DCQCN (Annex A17.9.3, Zhu et al. §3): how a
+/// device answers CE-marked packets with CNPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CnpConfig {
+    /// Answer CE marks with CNPs (ConnectX NICs do by default).
+    pub enabled: bool,
+    /// At most one CNP per QP in this interval (`min_time_between_cnps`).
+    pub min_interval: Duration,
+    /// DSCP of CNPs (they often go out at a higher priority than data);
+    /// `None` keeps the QP's.
+    pub dscp: Option<u8>,
+}
+
+impl Default for CnpConfig {
+    fn default() -> Self {
+        CnpConfig { enabled: true, min_interval: Duration::from_micros(4), dscp: None }
+    }
 }
 
 /// Bits of a random region address: below 2^63, page aligned.
@@ -806,6 +825,9 @@ impl Engine {
                 return;
             }
         }
+        if meta.ecn == 3 && self.res.cfg.cnp.enabled {
+            qp.mark_congested(&self.res.cfg, now);
+        }
         let res = &mut self.res;
         if info.request {
             qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);
@@ -968,6 +990,10 @@ struct QpEntry {
     timer_key: Option<Instant>,
     /// Keys of a protected QP (`Engine::set_qp_keys`).
     crypto: Option<Box<QpCrypto>>,
+    /// A CE mark asked for a CNP that has not left yet.
+    cnp_due: bool,
+    /// When the last CNP was queued (the notification point's spacing).
+    last_cnp: Option<Instant>,
 }
 
 impl QpEntry {
@@ -981,7 +1007,48 @@ impl QpEntry {
             resp_turn: false,
             timer_key: None,
             crypto: None,
+            cnp_due: false,
+            last_cnp: None,
         }
+    }
+
+    /// A CE-marked packet of this QP arrived: queue a CNP to the peer's QP
+    /// unless one was queued within `min_interval`. UD QPs have no single
+    /// peer and are not answered.
+    fn mark_congested(&mut self, cfg: &EngineConfig, now: Instant) {
+        if !matches!(self.core.init.qp_type, QpType::Rc | QpType::Uc) || self.core.state == QpState::Err {
+            return;
+        }
+        let spaced = self.last_cnp.is_none_or(|t| now.saturating_duration_since(t) >= cfg.cnp.min_interval);
+        if spaced && !self.cnp_due {
+            self.cnp_due = true;
+            self.last_cnp = Some(now);
+        }
+    }
+
+    /// The CNP (Annex A17.9.3): BTH opcode 0x81 to the peer's QP, BECN
+    /// set, PSN 0, then 16 reserved bytes and the ICRC.
+    fn emit_cnp(&mut self, res: &mut Res, buf: &mut [u8]) -> Option<usize> {
+        self.cnp_due = false;
+        let repr = RocePacketRepr {
+            bth: BthRepr {
+                opcode: roce_wire::opcode::CNP,
+                solicited: false,
+                mig_req: false,
+                pkey: res.cfg.pkey,
+                fecn: false,
+                becn: true,
+                dest_qp: self.core.attr.dest_qp_num,
+                ack_req: false,
+                psn: Psn::new(0),
+            },
+            ext: ExtHeaders::default(),
+            payload: &[],
+        };
+        let n = repr.buffer_len().ok()?;
+        repr.emit(buf.get_mut(..n)?).ok()?;
+        res.counters.cnp_sent += 1;
+        Some(n)
     }
 
     /// Back to RESET: queues emptied without completions, every role's
@@ -1028,6 +1095,11 @@ impl QpEntry {
     /// first so that a reply the application just posted leaves before the
     /// ACK of the message it answers.
     fn produce(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if self.cnp_due {
+            if let Some(n) = self.emit_cnp(res, buf) {
+                return Some(n);
+            }
+        }
         let len = if self.resp_turn {
             self.respond(res, buf).or_else(|| self.request(res, now, buf))
         } else {
@@ -1098,12 +1170,17 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
         ecn,
         ipv4_id: Some(0),
     };
+    let cnp = buf[0] == roce_wire::opcode::CNP;
+    let tclass = match cfg.cnp.dscp {
+        Some(d) if cnp => d << 2,
+        _ => tclass,
+    };
     let len = match &mut qp.crypto {
-        None => len,
-        Some(c) => {
+        Some(c) if !cnp => {
             let info = roce_wire::opcode::lookup(buf[0])?;
             c.seal(buf, len, roce_wire::bth::HEADER_LEN + info.headers.len_bytes())?
         }
+        _ => len,
     };
     let crc = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN])?;
     buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());

@@ -31,7 +31,9 @@ pub mod verbs;
 pub use connect::ConnectAttr;
 pub use counters::Counters;
 pub use crypto::{DirectionKey, QpKeys};
-pub use engine::{DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, Transmit, MAX_DATAGRAM};
+pub use engine::{
+    CnpConfig, DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, Transmit, MAX_DATAGRAM,
+};
 pub use mem::MemBuf;
 pub use time::{Duration, Instant};
 pub use verbs::*;

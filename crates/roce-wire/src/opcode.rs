@@ -228,6 +228,9 @@ pub static OPCODES: [OpcodeInfo; 40] = [
     row(0x81, "CNP", Op::Cnp, P::Only, H::CNP, false),
 ];
 
+/// The opcode of a RoCEv2 Congestion Notification Packet (Annex A17.9.3).
+pub const CNP: u8 = 0x81;
+
 /// Row for `code`, or `None` for a reserved or unsupported opcode.
 #[inline]
 pub fn lookup(code: u8) -> Option<&'static OpcodeInfo> {
