@@ -1,15 +1,21 @@
 //! Congestion control of the send rate: DCQCN (Zhu et al., SIGCOMM'15) as
 //! pure state machines, without a clock like the rest of the engine.
 //!
+//! - [`Dcqcn`]: the reaction point of one QP (the sender): CNPs cut its
+//!   rate, timers and the byte counter raise it again.
+//! - [`NotificationPoint`]: the receiver side of one QP: which CE-marked
+//!   packets are answered with a CNP.
 //! - [`DcqcnParams`]: every knob, with the named sets `paper`, `nvidia`
 //!   (firmware defaults) and `hpcc` (the simulator baseline) and overrides
 //!   by name; [`CcAlgorithm`] picks none or DCQCN from a string.
 
+mod dcqcn;
 mod params;
 
 use core::fmt;
 use core::str::FromStr;
 
+pub use dcqcn::{Dcqcn, NotificationPoint, Stage};
 pub use params::{ClampRule, DcqcnParams, Fraction, HyperIncrease, Reaction};
 
 /// What went wrong choosing or configuring congestion control.
