@@ -5,17 +5,20 @@
 //!   rate, timers and the byte counter raise it again.
 //! - [`NotificationPoint`]: the receiver side of one QP: which CE-marked
 //!   packets are answered with a CNP.
+//! - [`Pacer`]: turns a rate into departure times, packet by packet.
 //! - [`DcqcnParams`]: every knob, with the named sets `paper`, `nvidia`
 //!   (firmware defaults) and `hpcc` (the simulator baseline) and overrides
 //!   by name; [`CcAlgorithm`] picks none or DCQCN from a string.
 
 mod dcqcn;
+mod pacer;
 mod params;
 
 use core::fmt;
 use core::str::FromStr;
 
 pub use dcqcn::{Dcqcn, NotificationPoint, Stage};
+pub use pacer::Pacer;
 pub use params::{ClampRule, DcqcnParams, Fraction, HyperIncrease, Reaction};
 
 /// What went wrong choosing or configuring congestion control.
