@@ -186,6 +186,8 @@ impl Completer {
         match kind {
             TimerKind::Rnr => self.rearm(&mut c),
             TimerKind::Ack => self.on_ack_timeout(&mut c),
+            // The engine's, never handed here.
+            TimerKind::Pace | TimerKind::Cc => {}
         }
     }
 

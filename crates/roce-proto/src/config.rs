@@ -45,6 +45,17 @@ pub struct EngineConfig {
     /// packet (see `QpCore::peer_check`). Off by default: nothing in the
     /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
     pub pin_peer_port: bool,
+    /// Congestion control of connected QPs' requests (`None`: line rate).
+    pub cc: crate::cc::CcAlgorithm,
+    /// The rate a QP starts at and never exceeds under congestion control,
+    /// in bits/s (the NIC's line rate).
+    pub line_rate_bps: u64,
+    /// How late pacing may catch up: a request whose turn passed while
+    /// the driver slept sends from `now - pacing_slack` at the latest, so
+    /// a driver whose timers fire late (epoll's millisecond) still keeps
+    /// the rate on average. Zero (the default) paces exactly, packet by
+    /// packet, as the simulator does.
+    pub pacing_slack: crate::time::Duration,
     /// How CE-marked packets are answered with CNPs.
     pub cnp: crate::engine::CnpConfig,
     /// The address a region advertises when its registration names none.
@@ -73,6 +84,9 @@ impl EngineConfig {
             pin_peer_port: false,
             mr_addressing: MrAddressing::Pointer,
             cnp: crate::engine::CnpConfig::default(),
+            cc: crate::cc::CcAlgorithm::None,
+            line_rate_bps: limits::LINE_RATE_BPS,
+            pacing_slack: crate::time::Duration::ZERO,
             ecn: true,
             max_qp: limits::MAX_QP,
             max_cqe: limits::MAX_CQE,

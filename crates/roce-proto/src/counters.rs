@@ -101,4 +101,7 @@ counters! {
     cnp_sent,
     /// CNPs received.
     cnp_rcvd,
+    /// Rate cuts the congestion controller made (DCQCN: at most one per
+    /// rate-decrease period, however many CNPs).
+    cc_rate_cuts,
 }

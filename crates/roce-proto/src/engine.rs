@@ -30,6 +30,7 @@ use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport}
 pub use crate::config::{EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
+use crate::cc::{Dcqcn, Pacer};
 use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -66,6 +67,41 @@ pub struct Engine {
     plain_buf: Vec<u8>,
     /// Some QP was ever given keys.
     any_protected: bool,
+}
+
+/// A QP's send rate under congestion control: the reaction point and the
+/// pacer that spaces its requests at the reaction point's rate.
+#[derive(Debug)]
+struct QpRate {
+    dcqcn: Dcqcn,
+    pacer: Pacer,
+    /// Cuts already added to the device's `cc_rate_cuts`.
+    counted_cuts: u64,
+}
+
+impl QpRate {
+    /// After any event: the cuts it made go to the device's counter (a
+    /// periodic reaction cuts on a timer, not on the CNP) and the
+    /// controller's next timer to the QP's table.
+    fn settle(&mut self, res: &mut Res, timers: &mut crate::timers::Timers) {
+        let cuts = self.dcqcn.rate_cuts();
+        res.counters.cc_rate_cuts += cuts - self.counted_cuts;
+        self.counted_cuts = cuts;
+        timers.set(TimerKind::Cc, self.dcqcn.next_timer());
+    }
+}
+
+/// What congestion control says of one QP (`Engine::qp_rate`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QpRateState {
+    /// The rate the QP's requests are paced at, bits/s.
+    pub rate_bps: u64,
+    /// DCQCN's target rate, bits/s.
+    pub target_bps: u64,
+    /// DCQCN's alpha (congestion estimate, 0..=1).
+    pub alpha: f64,
+    /// Rate cuts so far.
+    pub cuts: u64,
 }
 
 /// The notification point of DCQCN (Annex A17.9.3, Zhu et al. §3): how a
@@ -722,6 +758,18 @@ impl Engine {
         Ok(())
     }
 
+    /// The congestion-control state of a QP, once it has sent under an
+    /// engine with `cc` set.
+    pub fn qp_rate(&self, qpn: u32) -> Option<QpRateState> {
+        let r = self.qps.get(&qpn)?.rate.as_ref()?;
+        Some(QpRateState {
+            rate_bps: r.dcqcn.rate_bps(),
+            target_bps: r.dcqcn.target_rate_bps(),
+            alpha: r.dcqcn.alpha(),
+            cuts: r.dcqcn.rate_cuts(),
+        })
+    }
+
     /// Whether a QP's packets are protected.
     pub fn qp_protected(&self, qpn: u32) -> bool {
         self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some())
@@ -787,7 +835,11 @@ impl Engine {
             match self.qps.get_mut(&pkt.bth.dest_qp) {
                 None => c.cnp_dropped += 1,
                 Some(qp) => match qp.core.peer_check(meta, pin_port) {
-                    PeerCheck::Pass => c.cnp_rcvd += 1,
+                    PeerCheck::Pass => {
+                        c.cnp_rcvd += 1;
+                        qp.on_cnp(&mut self.res, now);
+                        sync_timer(&mut self.timers, qp);
+                    }
                     PeerCheck::WrongAddress | PeerCheck::WrongPort => c.cnp_dropped += 1,
                 },
             }
@@ -944,6 +996,9 @@ impl Engine {
                         TimerKind::Ack | TimerKind::Rnr => {
                             qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
                         }
+                        // The QP is scheduled below: its next packet may go.
+                        TimerKind::Pace => {}
+                        TimerKind::Cc => qp.on_cc_timer(&mut self.res, now),
                     }
                     qp.settle(&mut self.res);
                 }
@@ -990,6 +1045,9 @@ struct QpEntry {
     timer_key: Option<Instant>,
     /// Keys of a protected QP (`Engine::set_qp_keys`).
     crypto: Option<Box<QpCrypto>>,
+    /// Congestion control of the requests (DCQCN and its pacer), made
+    /// when the QP first sends under an engine with `cc` set.
+    rate: Option<Box<QpRate>>,
     /// A CE mark asked for a CNP that has not left yet.
     cnp_due: bool,
     /// When the last CNP was queued (the notification point's spacing).
@@ -1007,8 +1065,25 @@ impl QpEntry {
             resp_turn: false,
             timer_key: None,
             crypto: None,
+            rate: None,
             cnp_due: false,
             last_cnp: None,
+        }
+    }
+
+    /// A CNP from the peer: the reaction point cuts the rate.
+    fn on_cnp(&mut self, res: &mut Res, now: Instant) {
+        if let Some(r) = &mut self.rate {
+            r.dcqcn.on_cnp(now);
+            r.settle(res, &mut self.core.timers);
+        }
+    }
+
+    /// The congestion controller's timers at `now`.
+    fn on_cc_timer(&mut self, res: &mut Res, now: Instant) {
+        if let Some(r) = &mut self.rate {
+            r.dcqcn.on_timer(now);
+            r.settle(res, &mut self.core.timers);
         }
     }
 
@@ -1110,12 +1185,33 @@ impl QpEntry {
     }
 
     fn request(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        if let (Some(p), QpType::Rc | QpType::Uc) = (res.cfg.cc.dcqcn(), self.core.init.qp_type) {
+            let rate = self.rate.get_or_insert_with(|| {
+                Box::new(QpRate {
+                    dcqcn: Dcqcn::new(p.clone(), res.cfg.line_rate_bps, now),
+                    pacer: Pacer::new(),
+                    counted_cuts: 0,
+                })
+            });
+            if !rate.pacer.ready(now) {
+                // Not yet: the pacing timer brings the QP back.
+                self.core.timers.set(TimerKind::Pace, Some(rate.pacer.next_send()));
+                return None;
+            }
+        }
         let r = self.req.poll_transmit(&mut self.core, res, now, self.comp.psn(), buf);
         if r.is_err() {
             self.settle(res);
             return None;
         }
         let len = r.ok().flatten()?;
+        if let Some(rate) = &mut self.rate {
+            let wire = len as u64 + limits::WIRE_OVERHEAD;
+            let floor = Instant(now.as_nanos().saturating_sub(res.cfg.pacing_slack.as_nanos()));
+            rate.pacer.on_send(floor.max(rate.pacer.next_send()).min(now), wire, rate.dcqcn.rate_bps());
+            rate.dcqcn.on_bytes_sent(wire, now);
+            rate.settle(res, &mut self.core.timers);
+        }
         if self.core.init.qp_type != QpType::Rc {
             self.comp.unreliable_sent(&self.req);
         }

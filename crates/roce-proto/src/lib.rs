@@ -15,6 +15,7 @@ mod responder;
 mod timers;
 mod wqe;
 
+pub mod cc;
 pub mod config;
 pub mod datagram;
 pub mod limits;
@@ -32,7 +33,8 @@ pub use connect::ConnectAttr;
 pub use counters::Counters;
 pub use crypto::{DirectionKey, QpKeys};
 pub use engine::{
-    CnpConfig, DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, Transmit, MAX_DATAGRAM,
+    CnpConfig, DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, QpRateState, Transmit,
+    MAX_DATAGRAM,
 };
 pub use mem::MemBuf;
 pub use time::{Duration, Instant};

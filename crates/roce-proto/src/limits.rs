@@ -43,3 +43,11 @@ pub const QPN_MASK: u32 = 0x00ff_ffff;
 /// them from the QPN (Annex A17.4.2).
 pub const UDP_SPORT_BASE: u16 = 0xc000;
 pub const UDP_SPORT_MASK: u16 = 0x3fff;
+
+/// The line rate congestion control starts from when none is configured:
+/// 100 Gb/s, a common RoCE NIC port.
+pub const LINE_RATE_BPS: u64 = 100_000_000_000;
+
+/// Bytes a datagram costs on an Ethernet wire beyond its UDP payload
+/// (Ethernet header 14, FCS 4, IPv4 20, UDP 8): what pacing counts.
+pub const WIRE_OVERHEAD: u64 = 14 + 4 + 20 + 8;

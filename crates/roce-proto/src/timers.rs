@@ -2,9 +2,9 @@
 //! The engine keeps every QP's earliest deadline in one ordered set and,
 //! when it falls due, hands each expired kind to its owner.
 //!
-//! Kinds today: the local ACK timeout and the RNR back-off (IBTA vol. 1
-//! §9.7.6.1.3, §9.7.5.2.8), both the completer's. Rate pacing and the
-//! congestion controller's timers are further kinds of this table.
+//! Kinds: the local ACK timeout and the RNR back-off (IBTA vol. 1
+//! §9.7.6.1.3, §9.7.5.2.8), both the completer's; rate pacing and the
+//! congestion controller's timers (`crate::cc`), the engine's.
 
 use crate::time::Instant;
 
@@ -15,10 +15,15 @@ pub(crate) enum TimerKind {
     Ack,
     /// RNR back-off: the requester waits before it sends again.
     Rnr,
+    /// Pacing: the requester may send its next packet (congestion control).
+    Pace,
+    /// The congestion controller's own timers (DCQCN's alpha and rate
+    /// increase timers).
+    Cc,
 }
 
 impl TimerKind {
-    const ALL: [TimerKind; 2] = [TimerKind::Rnr, TimerKind::Ack];
+    const ALL: [TimerKind; 4] = [TimerKind::Rnr, TimerKind::Ack, TimerKind::Pace, TimerKind::Cc];
 }
 
 /// One optional deadline per kind.

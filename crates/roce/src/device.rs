@@ -11,6 +11,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration as StdDuration;
 
+use roce_proto::cc::CcAlgorithm;
 use roce_proto::*;
 use roce_wire::Psn;
 
@@ -52,6 +53,12 @@ pub struct DeviceConfig {
     /// Hold each connected QP's peer to the UDP source port of its first
     /// packet (see `EngineConfig::pin_peer_port`).
     pub pin_peer_port: bool,
+    /// Congestion control of connected QPs (default none: line rate).
+    pub cc: CcAlgorithm,
+    /// The rate congestion control starts from, bits/s.
+    pub line_rate_bps: u64,
+    /// How CE marks are answered with CNPs.
+    pub cnp: CnpConfig,
 }
 
 /// How a device checks the ICRC of the packets it receives.
@@ -90,6 +97,9 @@ impl DeviceConfig {
             gso: true,
             mr_addressing: MrAddressing::Pointer,
             pin_peer_port: false,
+            cc: CcAlgorithm::None,
+            line_rate_bps: roce_proto::limits::LINE_RATE_BPS,
+            cnp: CnpConfig::default(),
         }
     }
 }
@@ -155,6 +165,11 @@ impl Device {
         ecfg.fixed_src_port = Some(local.port());
         ecfg.ecn = cfg.ecn;
         ecfg.mr_addressing = cfg.mr_addressing;
+        ecfg.cc = cfg.cc.clone();
+        ecfg.line_rate_bps = cfg.line_rate_bps;
+        // The driver sleeps in epoll, whose timeouts are whole milliseconds.
+        ecfg.pacing_slack = roce_proto::Duration::from_millis(2);
+        ecfg.cnp = cfg.cnp;
         ecfg.pin_peer_port = cfg.pin_peer_port;
         let engine = match cfg.seed {
             Some(s) => Engine::new(ecfg, s),
@@ -242,6 +257,12 @@ impl Device {
     /// A snapshot of the engine's counters.
     pub fn counters(&self) -> Counters {
         self.shared().lock().engine.counters().clone()
+    }
+
+    /// The congestion-control state of a QP (its paced rate, DCQCN's
+    /// target and alpha, its rate cuts), once it has sent under `cc`.
+    pub fn qp_rate(&self, qpn: u32) -> Option<QpRateState> {
+        self.shared().lock().engine.qp_rate(qpn)
     }
 
     /// What the driver counted of its socket: datagrams dropped or

@@ -26,8 +26,10 @@ pub mod udp;
 pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
 pub use device::*;
 pub use error::{Error, Result};
+pub use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 pub use roce_proto::{
-    Access, AddressVector, AsyncEvent, AttrMask, Counters, DirectionKey, MemBuf, MrAddressing, PathMtu,
-    QpAttr, QpKeys, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus,
+    Access, AddressVector, AsyncEvent, AttrMask, CnpConfig, Counters, DirectionKey, MemBuf, MrAddressing,
+    PathMtu, QpAttr, QpKeys, QpRateState, QpState, QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest, Wc,
+    WcOpcode, WcStatus,
 };
 pub use roce_wire::Psn;
