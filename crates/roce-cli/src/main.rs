@@ -28,6 +28,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of a variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Work with packet captures.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Subcommand;
-use roce::{MrAddressing, PathMtu};
+use roce::{CcAlgorithm, MrAddressing, PathMtu};
 
 use super::{exchange, AtomicType, Kind, Test, Verb};
 
@@ -156,6 +156,30 @@ pub struct PerfArgs {
     /// source port than its first packet's.
     #[arg(long = "pin-peer-port")]
     pub pin_peer_port: bool,
+    /// Congestion control of the QPs' sends: none (line rate), dcqcn (the
+    /// ConnectX firmware's parameters) or dcqcn:paper|nvidia|hpcc. The
+    /// receiving end answers CE marks with CNPs either way.
+    #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = parse_cc)]
+    pub cc: CcAlgorithm,
+    /// Overrides one DCQCN parameter (repeatable), e.g. --cc-param
+    /// rate_reduce_monitor_period=50us.
+    #[arg(long = "cc-param", value_name = "KEY=VALUE", requires = "cc")]
+    pub cc_param: Vec<String>,
+    /// The line rate congestion control starts from and never exceeds,
+    /// in Gb/s.
+    #[arg(long = "line-rate", value_name = "GBPS", default_value_t = 100.0, value_parser = parse_line_rate)]
+    pub line_rate: f64,
+}
+
+fn parse_cc(s: &str) -> std::result::Result<CcAlgorithm, String> {
+    CcAlgorithm::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_line_rate(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.001..=1000.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a line rate in Gb/s between 0.001 and 1000")),
+    }
 }
 
 /// `--mr-addressing`: pointer, zero or random.
@@ -300,6 +324,9 @@ pub struct Conf {
     pub encrypt: Option<Option<Vec<u8>>>,
     pub mr_addressing: MrAddressing,
     pub pin_peer_port: bool,
+    /// `--cc` with the `--cc-param` overrides applied.
+    pub cc: CcAlgorithm,
+    pub line_rate_bps: u64,
 }
 
 impl Conf {
@@ -406,6 +433,22 @@ impl Conf {
             },
             mr_addressing: a.mr_addressing,
             pin_peer_port: a.pin_peer_port,
+            cc: {
+                let mut cc = a.cc.clone();
+                match &mut cc {
+                    CcAlgorithm::Dcqcn(p) => {
+                        for kv in &a.cc_param {
+                            p.set_kv(kv).map_err(|e| format!("--cc-param {kv}: {e}"))?;
+                        }
+                    }
+                    _ if !a.cc_param.is_empty() => {
+                        return Err("--cc-param needs --cc dcqcn".into());
+                    }
+                    _ => {}
+                }
+                cc
+            },
+            line_rate_bps: (a.line_rate * 1e9) as u64,
         })
     }
 

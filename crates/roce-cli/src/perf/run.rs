@@ -179,6 +179,8 @@ impl RdmaSide {
         cfg.pcap = pcap;
         cfg.gso = conf.gso;
         cfg.mr_addressing = conf.mr_addressing;
+        cfg.cc = conf.cc.clone();
+        cfg.line_rate_bps = conf.line_rate_bps;
         cfg.pin_peer_port = conf.pin_peer_port;
         let dev = Device::open(cfg).map_err(|e| {
             let hint = match &e {
@@ -353,11 +355,55 @@ impl RdmaSide {
         self.failures.extend(bad);
     }
 
+    /// Congestion control at the end, like perftest's extra counters: the
+    /// CNPs and cuts, and each QP's rate.
+    fn report_cc(&mut self) {
+        let c = self.dev.counters();
+        let qpns: Vec<u32> =
+            self.res.as_ref().map(|r| r.qps.iter().map(|q| q.endpoint().qpn).collect()).unwrap_or_default();
+        let rates: Vec<(u32, roce::QpRateState)> =
+            qpns.iter().filter_map(|&q| self.dev.qp_rate(q).map(|s| (q, s))).collect();
+        if self.conf.json {
+            let list: Vec<serde_json::Value> = rates
+                .iter()
+                .map(|(q, s)| {
+                    serde_json::json!({
+                        "qpn": q, "rate_bps": s.rate_bps, "target_bps": s.target_bps,
+                        "alpha": s.alpha, "cuts": s.cuts,
+                    })
+                })
+                .collect();
+            self.json.insert("cc".into(), list.into());
+            self.json.insert("cc_algorithm".into(), self.conf.cc.name().into());
+            return;
+        }
+        println!(
+            " Congestion control : {} (line rate {:.2} Gb/s): CNPs sent {}, received {}, rate cuts {}",
+            self.conf.cc.name(),
+            self.conf.line_rate_bps as f64 / 1e9,
+            c.cnp_sent,
+            c.cnp_rcvd,
+            c.cc_rate_cuts
+        );
+        for (q, s) in rates {
+            println!(
+                "   QP 0x{q:06x}: rate {:.3} Gb/s, target {:.3} Gb/s, alpha {:.3}, cuts {}",
+                s.rate_bps as f64 / 1e9,
+                s.target_bps as f64 / 1e9,
+                s.alpha,
+                s.cuts
+            );
+        }
+    }
+
     /// Ends the run: prints the JSON document and turns data-check
     /// failures into an error.
     pub fn finish(mut self, r: Result<()>) -> Result<()> {
         self.release_output();
         let r = r.map_err(|e| Error(crate::report::with_send_error(&self.dev, e.0)));
+        if self.conf.cc.dcqcn().is_some() && !self.quiet {
+            self.report_cc();
+        }
         if self.conf.counters && !self.quiet {
             if self.conf.json {
                 self.json.insert("counters".into(), crate::report::counters_json(&self.dev));

@@ -1,0 +1,272 @@
+//! Congestion control on a real kernel path. Two network namespaces joined
+//! by veth; the senders' side shapes its egress with tbf (the bottleneck)
+//! and nftables marks CE on RoCE packets beyond a rate below it (this
+//! kernel has no RED or fq_codel; a kernel marker all the same). Two
+//! `roce perf write-bw` clients send through it to two servers at once.
+//!
+//! * DCQCN on (`--cc dcqcn`): the kernel marks CE, the servers answer with
+//!   CNPs, the clients cut their rates and pace, and the two flows split
+//!   the bottleneck fairly.
+//! * Off: the same run overflows the bottleneck (tbf drops) and RC
+//!   retransmits.
+//!
+//! Needs root and `ip`, `tc`, `nft`; skips with the reason otherwise (CI
+//! has them).
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const LIMIT: Duration = Duration::from_secs(60);
+/// The bottleneck, and the rate beyond which packets are marked.
+const TBF_RATE: &str = "200mbit";
+const MARK_OVER: &str = "15 mbytes/second";
+
+fn sh(args: &[&str]) -> Result<String, String> {
+    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// The two namespaces: `s` holds the clients (10.78.0.1 and .3), `r` the
+/// servers (10.78.0.2 and .4).
+struct Net {
+    s: String,
+    r: String,
+    dev: String,
+}
+
+impl Net {
+    fn create(tag: &str) -> Result<Net, String> {
+        let id = std::process::id() % 100_000;
+        let (s, r) = (format!("rcs{tag}{id}"), format!("rcr{tag}{id}"));
+        let (vs, vr) = (format!("vcs{tag}{id}"), format!("vcr{tag}{id}"));
+        sh(&["ip", "netns", "add", &s]).map_err(|e| format!("cannot create network namespaces ({e})"))?;
+        let net = Net { s: s.clone(), r: r.clone(), dev: vs.clone() };
+        sh(&["ip", "netns", "add", &r])?;
+        sh(&["ip", "link", "add", &vs, "type", "veth", "peer", "name", &vr])?;
+        for (ns, dev, addrs) in
+            [(&s, &vs, ["10.78.0.1/24", "10.78.0.3/24"]), (&r, &vr, ["10.78.0.2/24", "10.78.0.4/24"])]
+        {
+            sh(&["ip", "link", "set", dev, "netns", ns])?;
+            for a in addrs {
+                sh(&["ip", "-n", ns, "addr", "add", a, "dev", dev])?;
+            }
+            sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
+        }
+        sh(&[
+            "ip", "netns", "exec", &s, "tc", "qdisc", "add", "dev", &vs, "root", "tbf", "rate", TBF_RATE,
+            "burst", "32kb", "latency", "20ms",
+        ])
+        .map_err(|e| format!("no tbf qdisc ({e})"))?;
+        let nft = |rule: &[&str]| {
+            let mut v = vec!["ip", "netns", "exec", s.as_str(), "nft"];
+            v.extend_from_slice(rule);
+            sh(&v)
+        };
+        nft(&["add", "table", "inet", "cc"]).map_err(|e| format!("no nftables ({e})"))?;
+        nft(&["add", "chain", "inet", "cc", "out", "{ type filter hook output priority 0; }"])?;
+        let over: Vec<&str> = MARK_OVER.split(' ').collect();
+        let mut rule =
+            vec!["add", "rule", "inet", "cc", "out", "udp", "dport", "4791", "limit", "rate", "over"];
+        rule.extend_from_slice(&over);
+        rule.extend_from_slice(&["ip", "ecn", "set", "ce", "counter"]);
+        nft(&rule).map_err(|e| format!("nftables cannot set ECN ({e})"))?;
+        Ok(net)
+    }
+
+    /// Packets the kernel marked CE.
+    fn marked(&self) -> u64 {
+        let text = sh(&["ip", "netns", "exec", &self.s, "nft", "list", "ruleset"]).unwrap_or_default();
+        number_after(&text, "packets ")
+    }
+
+    /// Packets the bottleneck dropped.
+    fn tbf_dropped(&self) -> u64 {
+        let text = sh(&["ip", "netns", "exec", &self.s, "tc", "-s", "qdisc", "show", "dev", &self.dev])
+            .unwrap_or_default();
+        number_after(&text, "dropped ")
+    }
+
+    fn spawn(&self, ns: &str, args: &[String]) -> Child {
+        Command::new("ip")
+            .args(["netns", "exec", ns])
+            .arg(env!("CARGO_BIN_EXE_roce"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ip netns exec runs")
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        let _ = sh(&["ip", "netns", "del", &self.s]);
+        let _ = sh(&["ip", "netns", "del", &self.r]);
+    }
+}
+
+fn number_after(text: &str, key: &str) -> u64 {
+    text.split(key)
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits for `child`, killing it after `LIMIT`.
+fn finish(mut child: Child, what: &str) -> Output {
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > LIMIT {
+            let _ = child.kill();
+            let o = child.wait_with_output().unwrap();
+            panic!("{what} still ran after {LIMIT:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn json_of(o: &Output, what: &str) -> Value {
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{what}: {:?}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}):\n{out}"))
+}
+
+fn counter(v: &Value, name: &str) -> u64 {
+    v["counters"]["engine"][name].as_u64().unwrap_or_else(|| panic!("no counter {name} in {v}"))
+}
+
+struct Run {
+    /// Each client's average bandwidth (MB/s) and JSON.
+    clients: Vec<(f64, Value)>,
+    servers: Vec<Value>,
+    marked: u64,
+    tbf_dropped: u64,
+}
+
+/// `pcap`: the first server's capture (its CNPs among its packets).
+fn run(net: &Net, cc: &[&str], pcap: Option<&str>) -> Run {
+    let mut servers = Vec::new();
+    for (i, ip) in ["10.78.0.2", "10.78.0.4"].iter().enumerate() {
+        let mut a: Vec<String> =
+            ["perf", "write-bw", "--bind", ip, "--timeout", "20", "--counters", "--json"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        a.extend(["-p".into(), (19301 + i).to_string()]);
+        if let (0, Some(p)) = (i, pcap) {
+            a.extend(["--pcap".into(), p.to_string()]);
+        }
+        servers.push(net.spawn(&net.r, &a));
+    }
+    let mut clients = Vec::new();
+    for (i, (ip, srv)) in [("10.78.0.1", "10.78.0.2"), ("10.78.0.3", "10.78.0.4")].iter().enumerate() {
+        let port = (19301 + i).to_string();
+        let mut a: Vec<String> = ["perf", "write-bw", srv, "-p", &port, "--bind", ip, "-D", "4", "--no-gso"]
+            .iter()
+            .chain(&["--counters", "--json", "--timeout", "20"])
+            .chain(cc)
+            .map(|s| s.to_string())
+            .collect();
+        a.shrink_to_fit();
+        clients.push(net.spawn(&net.s, &a));
+    }
+    let clients: Vec<(f64, Value)> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let v = json_of(&finish(c, "client"), &format!("client {i}"));
+            (v["results"][0]["bw_avg"].as_f64().expect("bw_avg"), v)
+        })
+        .collect();
+    let servers = servers
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| json_of(&finish(s, "server"), &format!("server {i}")))
+        .collect();
+    Run { clients, servers, marked: net.marked(), tbf_dropped: net.tbf_dropped() }
+}
+
+fn jain(x: &[f64]) -> f64 {
+    let s: f64 = x.iter().sum();
+    let q: f64 = x.iter().map(|v| v * v).sum();
+    s * s / (x.len() as f64 * q)
+}
+
+#[test]
+fn dcqcn_paces_two_flows_through_a_marking_bottleneck() {
+    let net = match Net::create("d") {
+        Ok(n) => n,
+        Err(e) => {
+            assert!(std::env::var_os("CI").is_none(), "CI must run the congestion test: {e}");
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("roce-cc-netns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("server.pcap");
+    let on = run(&net, &["--cc", "dcqcn:paper", "--line-rate", "0.4"], pcap.to_str());
+    let bw: Vec<f64> = on.clients.iter().map(|c| c.0).collect();
+    let cnp_sent: u64 = on.servers.iter().map(|s| counter(s, "cnp_sent")).sum();
+    let cnp_rcvd: u64 = on.clients.iter().map(|c| counter(&c.1, "cnp_rcvd")).sum();
+    let cuts: u64 = on.clients.iter().map(|c| counter(&c.1, "cc_rate_cuts")).sum();
+    let retries: u64 =
+        on.clients.iter().map(|c| counter(&c.1, "completer_retry_err") + counter(&c.1, "rcvd_seq_err")).sum();
+    eprintln!(
+        "DCQCN on: {bw:?} MB/s, Jain {:.3}; kernel marked {}, CNPs sent {cnp_sent} received {cnp_rcvd}, \
+         rate cuts {cuts}, tbf drops {}, retries {retries}",
+        jain(&bw),
+        on.marked,
+        on.tbf_dropped
+    );
+    for (_, c) in &on.clients {
+        eprintln!("  client cc: {}", c["cc"]);
+    }
+    assert!(on.marked > 0, "the kernel marked nothing");
+    assert!(cnp_sent > 0 && cnp_rcvd > 0, "CNPs sent {cnp_sent}, received {cnp_rcvd}");
+    assert!(cuts > 0, "no rate cut");
+    for (_, c) in &on.clients {
+        // Each cut lowered the QP's paced rate below where it was (the
+        // rate at the end may have recovered once the run went idle).
+        let cuts = c["cc"][0]["cuts"].as_u64().expect("the QP's rate cuts");
+        assert!(cuts > 0, "a client never slowed down: {}", c["cc"]);
+    }
+    assert!(jain(&bw) >= 0.9, "unfair split {bw:?}");
+    // The CNPs as they crossed the wire, judged by the independent oracle.
+    if let Some(check) = roce_test_support::pcap_oracle() {
+        let o =
+            Command::new("python3").arg(&check).args(["--summary", pcap.to_str().unwrap()]).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        eprintln!("{}", out.lines().take(6).collect::<Vec<_>>().join("\n"));
+        assert!(o.status.success() && out.contains(" 0 failed") && out.contains("bad 0"), "{out}");
+        assert!(out.contains("CNP"), "no CNP in the capture:\n{out}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // The same run without congestion control.
+    let net = Net::create("n").expect("made once already");
+    let off = run(&net, &[], None);
+    let bw_off: Vec<f64> = off.clients.iter().map(|c| c.0).collect();
+    let retries_off: u64 = off
+        .clients
+        .iter()
+        .map(|c| counter(&c.1, "completer_retry_err") + counter(&c.1, "rcvd_seq_err"))
+        .sum();
+    eprintln!(
+        "DCQCN off: {bw_off:?} MB/s, Jain {:.3}; kernel marked {}, tbf drops {}, retries {retries_off}",
+        jain(&bw_off),
+        off.marked,
+        off.tbf_dropped
+    );
+    assert!(off.tbf_dropped > 0, "the bottleneck never overflowed without congestion control");
+    assert!(retries_off > 0, "RC never retransmitted without congestion control");
+}
