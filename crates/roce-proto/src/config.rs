@@ -57,7 +57,7 @@ pub struct EngineConfig {
     /// packet, as the simulator does.
     pub pacing_slack: crate::time::Duration,
     /// How CE-marked packets are answered with CNPs.
-    pub cnp: crate::engine::CnpConfig,
+    pub cnp: CnpConfig,
     /// The address a region advertises when its registration names none.
     pub mr_addressing: MrAddressing,
     /// Mark outgoing packets ECN-capable (ECT(0)).
@@ -83,7 +83,7 @@ impl EngineConfig {
             ack_req_every: limits::ACK_REQ_EVERY,
             pin_peer_port: false,
             mr_addressing: MrAddressing::Pointer,
-            cnp: crate::engine::CnpConfig::default(),
+            cnp: CnpConfig::default(),
             cc: crate::cc::CcAlgorithm::None,
             line_rate_bps: limits::LINE_RATE_BPS,
             pacing_slack: crate::time::Duration::ZERO,
@@ -96,5 +96,24 @@ impl EngineConfig {
             max_inline: limits::MAX_INLINE,
             max_msg_size: limits::MAX_MSG_SIZE,
         }
+    }
+}
+
+/// The notification point of DCQCN (Annex A17.9.3, Zhu et al. §3): how a
+/// device answers CE-marked packets with CNPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CnpConfig {
+    /// Answer CE marks with CNPs (ConnectX NICs do by default).
+    pub enabled: bool,
+    /// At most one CNP per QP in this interval (`min_time_between_cnps`).
+    pub min_interval: crate::time::Duration,
+    /// DSCP of CNPs (they often go out at a higher priority than data);
+    /// `None` keeps the QP's.
+    pub dscp: Option<u8>,
+}
+
+impl Default for CnpConfig {
+    fn default() -> Self {
+        CnpConfig { enabled: true, min_interval: crate::time::Duration::from_micros(4), dscp: None }
     }
 }

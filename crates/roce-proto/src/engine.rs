@@ -27,7 +27,7 @@ use rand_core::{RngCore, SeedableRng};
 use roce_wire::icrc::{self, Ipv4IdCache};
 use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport};
 
-pub use crate::config::{EngineConfig, MrAddressing};
+pub use crate::config::{CnpConfig, EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
 use crate::cc::{Dcqcn, Pacer};
@@ -42,7 +42,7 @@ use crate::qp::{self, PeerCheck, QpCore};
 use crate::requester::Requester;
 use crate::res::{Res, Srq};
 use crate::responder::Responder;
-use crate::time::{Duration, Instant};
+use crate::time::Instant;
 use crate::timers::TimerKind;
 use crate::verbs::*;
 use crate::wqe::{InlineData, RecvWqe, SendWqe};
@@ -102,25 +102,6 @@ pub struct QpRateState {
     pub alpha: f64,
     /// Rate cuts so far.
     pub cuts: u64,
-}
-
-/// The notification point of DCQCN (Annex A17.9.3, Zhu et al. §3): how a
-/// device answers CE-marked packets with CNPs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CnpConfig {
-    /// Answer CE marks with CNPs (ConnectX NICs do by default).
-    pub enabled: bool,
-    /// At most one CNP per QP in this interval (`min_time_between_cnps`).
-    pub min_interval: Duration,
-    /// DSCP of CNPs (they often go out at a higher priority than data);
-    /// `None` keeps the QP's.
-    pub dscp: Option<u8>,
-}
-
-impl Default for CnpConfig {
-    fn default() -> Self {
-        CnpConfig { enabled: true, min_interval: Duration::from_micros(4), dscp: None }
-    }
 }
 
 /// Bits of a random region address: below 2^63, page aligned.
