@@ -300,6 +300,17 @@ impl Pair {
         moved
     }
 
+    /// Every datagram `side` has to send now, with where it goes, taken
+    /// out of the engine and not delivered (for tests that craft, reorder
+    /// or mark packets themselves).
+    pub fn take(&mut self, side: usize) -> Vec<(DatagramMeta, Vec<u8>)> {
+        let mut out = Vec::new();
+        while let Some(tx) = self.e[side].poll_transmit(self.now, &mut self.buf) {
+            out.push((tx.meta, self.buf[..tx.len].to_vec()));
+        }
+        out
+    }
+
     /// Hands `bytes` to engine `to` as if it arrived with `meta`.
     pub fn deliver(&mut self, to: usize, meta: &DatagramMeta, bytes: &[u8]) {
         self.e[to].handle_datagram(self.now, meta, bytes);

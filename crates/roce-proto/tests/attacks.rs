@@ -25,16 +25,6 @@ fn write(id: u64, dst: &Region, off: u64, src: &Region, soff: u64, len: u32) -> 
     )
 }
 
-/// Every datagram `side` has to send now, with where it goes.
-fn take(p: &mut Pair, side: usize) -> Vec<(DatagramMeta, Vec<u8>)> {
-    let mut buf = vec![0; MAX_DATAGRAM];
-    let mut out = Vec::new();
-    while let Some(tx) = p.e[side].poll_transmit(p.now, &mut buf) {
-        out.push((tx.meta, buf[..tx.len].to_vec()));
-    }
-    out
-}
-
 /// Re-emits `pkt` (changed by `edit`) with a correct ICRC for `meta`.
 fn forge(meta: &DatagramMeta, pkt: &[u8], edit: impl FnOnce(&mut RocePacketRepr<'_>)) -> Vec<u8> {
     let mut repr = RocePacketRepr::parse(pkt).expect("a packet the engine sent");
@@ -67,12 +57,12 @@ fn request_from_another_address_is_dropped() {
     let (mut p, c, src, dst) = setup(1);
     p.put(&src, 0, &[0xab; 64]);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 64)).unwrap();
-    let (meta, pkt) = take(&mut p, A).remove(0);
+    let (meta, pkt) = p.take(A).remove(0);
     let evil = from(&meta, MALLORY);
     p.deliver(B, &evil, &forge(&evil, &pkt, |_| {}));
     assert_eq!(p.get(&dst, 0, 64), vec![0; 64], "the forged WRITE landed");
     assert_eq!(p.e[B].counters().addr_mismatch_dropped, 1);
-    assert!(take(&mut p, B).is_empty(), "answered a stranger");
+    assert!(p.take(B).is_empty(), "answered a stranger");
 }
 
 /// Forged NAK (ReDMArk's "QP killing"): a remote access error NAK for the
@@ -82,12 +72,12 @@ fn forged_nak_from_another_address_does_not_end_the_qp() {
     let (mut p, c, src, dst) = setup(2);
     p.put(&src, 0, &[0x5a; 4096]);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 4096)).unwrap();
-    let reqs = take(&mut p, A);
+    let reqs = p.take(A);
     let psn = RocePacketRepr::parse(&reqs[0].1).unwrap().bth.psn;
     for (m, b) in &reqs {
         p.deliver(B, m, b);
     }
-    let (ack_meta, ack) = take(&mut p, B).remove(0);
+    let (ack_meta, ack) = p.take(B).remove(0);
     let evil = from(&ack_meta, MALLORY);
     let nak = forge(&evil, &ack, |r| {
         r.bth.psn = psn;
@@ -112,16 +102,16 @@ fn forged_ack_from_another_address_retires_nothing() {
     let (mut p, c, src, dst) = setup(3);
     p.put(&src, 0, &[0x77; 2048]);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 2048)).unwrap();
-    let reqs = take(&mut p, A);
+    let reqs = p.take(A);
     let last = RocePacketRepr::parse(&reqs.last().unwrap().1).unwrap().bth.psn;
     // An ACK as B would send it, learnt from another connection's traffic
     // shape: build it from a real one of a second pair.
     let (mut q, qc, qsrc, qdst) = setup(3);
     q.e[A].post_send(qc.qpn[0], write(1, &qdst, 0, &qsrc, 0, 8)).unwrap();
-    for (m, b) in take(&mut q, A) {
+    for (m, b) in q.take(A) {
         q.deliver(B, &m, &b);
     }
-    let (mut ack_meta, ack) = take(&mut q, B).remove(0);
+    let (mut ack_meta, ack) = q.take(B).remove(0);
     ack_meta.dst = p.ip[A];
     let evil = from(&ack_meta, MALLORY);
     let ack = forge(&evil, &ack, |r| {
@@ -146,11 +136,11 @@ fn forged_ack_from_another_address_retires_nothing() {
 fn ack_for_psns_never_sent_is_dropped() {
     let (mut p, c, src, dst) = setup(4);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 8)).unwrap();
-    let reqs = take(&mut p, A);
+    let reqs = p.take(A);
     for (m, b) in &reqs {
         p.deliver(B, m, b);
     }
-    let (ack_meta, ack) = take(&mut p, B).remove(0);
+    let (ack_meta, ack) = p.take(B).remove(0);
     let psn = RocePacketRepr::parse(&ack).unwrap().bth.psn;
     for ahead in [1u32, 1000, 1 << 22] {
         let f = forge(&ack_meta, &ack, |r| r.bth.psn = Psn::new(psn.value().wrapping_add(ahead)));
@@ -219,7 +209,7 @@ fn pinned_peer_port_drops_packets_from_another_port() {
     p.run();
     assert_eq!(p.poll(A)[0].status, WcStatus::Success);
     p.e[A].post_send(c.qpn[0], write(2, &dst, 8, &src, 8, 8)).unwrap();
-    let (meta, pkt) = take(&mut p, A).remove(0);
+    let (meta, pkt) = p.take(A).remove(0);
     let other = DatagramMeta { src_port: meta.src_port ^ 1, ..meta };
     p.deliver(B, &other, &forge(&other, &pkt, |_| {}));
     assert_eq!(p.e[B].counters().port_mismatch_dropped, 1);
@@ -286,9 +276,9 @@ fn out_of_window_floods_cost_bounded_responses() {
     const FLOOD: u32 = 20_000;
     let (mut p, c, src, dst) = setup(11);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 8)).unwrap();
-    let (meta, pkt) = take(&mut p, A).remove(0);
+    let (meta, pkt) = p.take(A).remove(0);
     p.deliver(B, &meta, &pkt);
-    assert_eq!(take(&mut p, B).len(), 1, "the ACK");
+    assert_eq!(p.take(B).len(), 1, "the ACK");
     let psn = RocePacketRepr::parse(&pkt).unwrap().bth.psn;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64;
     let mut next = move || {
@@ -302,13 +292,13 @@ fn out_of_window_floods_cost_bounded_responses() {
         let back = 1 + (next() % 1000) as u32;
         p.deliver(B, &meta, &forge(&meta, &pkt, |r| r.bth.psn = psn.add(1).sub(back)));
     }
-    assert_eq!(take(&mut p, B).len(), 1, "one coalesced ACK for the burst");
+    assert_eq!(p.take(B).len(), 1, "one coalesced ACK for the burst");
     // Ahead of the window.
     for _ in 0..FLOOD {
         let ahead = 2 + (next() % (1 << 20)) as u32;
         p.deliver(B, &meta, &forge(&meta, &pkt, |r| r.bth.psn = psn.add(ahead)));
     }
-    assert_eq!(take(&mut p, B).len(), 1, "one sequence NAK for the gap");
+    assert_eq!(p.take(B).len(), 1, "one sequence NAK for the gap");
     assert_eq!(p.e[B].counters().out_of_seq_request, u64::from(FLOOD));
     assert_eq!(p.get(&dst, 0, 8), vec![0; 8], "no flooded WRITE executed");
 
@@ -317,15 +307,15 @@ fn out_of_window_floods_cost_bounded_responses() {
     let (mut p, c, src, dst) = setup(12);
     let rd = SendOp::Read { remote_addr: dst.keys.addr, rkey: dst.keys.rkey };
     p.e[A].post_send(c.qpn[0], SendWr::new(3, rd, vec![sge(&src, 0, 65536)])).unwrap();
-    let (meta, pkt) = take(&mut p, A).remove(0);
+    let (meta, pkt) = p.take(A).remove(0);
     p.deliver(B, &meta, &pkt);
-    let one = take(&mut p, B).len();
+    let one = p.take(B).len();
     assert_eq!(one, 64, "64 KiB at MTU 1024");
     for _ in 0..FLOOD {
         p.deliver(B, &meta, &pkt);
     }
     let slots = usize::from(p.e[B].query_qp(c.qpn[1]).unwrap().max_dest_rd_atomic).max(1);
-    let sent = take(&mut p, B).len();
+    let sent = p.take(B).len();
     assert!(sent <= slots * one, "{FLOOD} duplicate READs queued {sent} packets (bound {})", slots * one);
     assert!(p.e[B].counters().dup_no_resource_dropped >= u64::from(FLOOD) - slots as u64);
 }
@@ -341,7 +331,7 @@ fn guessed_identifiers_are_refused() {
     let (mut p, c, src, dst) = setup(13);
     p.put(&src, 0, &[0xee; 8]);
     p.e[A].post_send(c.qpn[0], write(1, &dst, 0, &src, 0, 8)).unwrap();
-    let (meta, pkt) = take(&mut p, A).remove(0);
+    let (meta, pkt) = p.take(A).remove(0);
     let real = RocePacketRepr::parse(&pkt).unwrap();
     let (qpn, psn, rkey) = (real.bth.dest_qp, real.bth.psn, real.ext.reth.unwrap().rkey);
     let mut rng = 0x2545_f491_4f6c_dd1du64;
@@ -376,7 +366,7 @@ fn guessed_identifiers_are_refused() {
         }),
     );
     assert_eq!(p.get(&dst, 0, 8), vec![0; 8]);
-    let out = take(&mut p, B);
+    let out = p.take(B);
     assert_eq!(out.len(), 1);
     let nak = RocePacketRepr::parse(&out[0].1).unwrap();
     assert_eq!(nak.ext.aeth.unwrap().syndrome, Syndrome::Nak(NakCode::RemoteAccessError));
@@ -456,7 +446,7 @@ fn protected_qp_refuses_spoofed_packets_and_hides_its_data() {
 
     // Spoofed from B's own address, live PSN: refused by the tag.
     p.e[A].post_send(qa, write(4, &dst, 0, &src, 0, 8)).unwrap();
-    let reqs = take(&mut p, A);
+    let reqs = p.take(A);
     let psn = RocePacketRepr::parse(&reqs[0].1).unwrap().bth.psn;
     let (meta, _) = &reqs[0];
     let back = DatagramMeta {

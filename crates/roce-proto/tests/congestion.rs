@@ -10,16 +10,6 @@ fn write(id: u64, dst: &Region, src: &Region, len: u32) -> SendWr {
     SendWr::new(id, SendOp::Write { remote_addr: dst.keys.addr, rkey: dst.keys.rkey }, vec![sge(src, 0, len)])
 }
 
-/// Every datagram `side` has to send now, with where it goes.
-fn take(p: &mut Pair, side: usize) -> Vec<(DatagramMeta, Vec<u8>)> {
-    let mut buf = vec![0; MAX_DATAGRAM];
-    let mut out = Vec::new();
-    while let Some(tx) = p.e[side].poll_transmit(p.now, &mut buf) {
-        out.push((tx.meta, buf[..tx.len].to_vec()));
-    }
-    out
-}
-
 #[test]
 fn ce_marks_are_answered_with_spaced_cnps() {
     let mut p = Pair::new(21);
@@ -27,14 +17,14 @@ fn ce_marks_are_answered_with_spaced_cnps() {
     let src = p.region(A, 65536, 0x1000, Access::ALL);
     let dst = p.region(B, 65536, 0x10_0000, Access::ALL);
     p.e[A].post_send(c.qpn[0], write(1, &dst, &src, 16 * 1024)).unwrap();
-    let reqs = take(&mut p, A);
+    let reqs = p.take(A);
     assert_eq!(reqs.len(), 16);
     let gap = p.e[B].config().cnp.min_interval;
     // All 16 arrive CE-marked within one interval: one CNP.
     for (m, b) in &reqs[..8] {
         p.deliver(B, &DatagramMeta { ecn: 3, ..*m }, b);
     }
-    let out = take(&mut p, B);
+    let out = p.take(B);
     let cnps: Vec<_> = out.iter().filter(|(_, b)| b[0] == 0x81).collect();
     assert_eq!(cnps.len(), 1, "{} packets", out.len());
     let (meta, cnp) = cnps[0];
@@ -52,7 +42,7 @@ fn ce_marks_are_answered_with_spaced_cnps() {
     for (m, b) in &reqs[8..] {
         p.deliver(B, &DatagramMeta { ecn: 3, ..*m }, b);
     }
-    let more = take(&mut p, B).into_iter().filter(|(_, b)| b[0] == 0x81).count();
+    let more = p.take(B).into_iter().filter(|(_, b)| b[0] == 0x81).count();
     assert_eq!(more, 1);
     assert_eq!(p.e[B].counters().ecn_ce_rcvd, 16);
     p.run();
@@ -69,10 +59,10 @@ fn no_cnps_when_the_notification_point_is_off_or_nothing_is_marked() {
         let src = p.region(A, 65536, 0x1000, Access::ALL);
         let dst = p.region(B, 65536, 0x10_0000, Access::ALL);
         p.e[A].post_send(c.qpn[0], write(1, &dst, &src, 8192)).unwrap();
-        for (m, b) in take(&mut p, A) {
+        for (m, b) in p.take(A) {
             p.deliver(B, &DatagramMeta { ecn: mark, ..m }, &b);
         }
-        assert!(take(&mut p, B).iter().all(|(_, b)| b[0] != 0x81));
+        assert!(p.take(B).iter().all(|(_, b)| b[0] != 0x81));
         assert_eq!(p.e[B].counters().cnp_sent, 0);
     }
 }
