@@ -27,7 +27,7 @@ use roce::{
     PathMtu, Psn, Qp, QpAttr, QpBuilder, QpState, RecvWr, SendOp, SendWr, UdDest, WcStatus, WC_ZERO,
 };
 
-use crate::perf::exchange::{self, gid_bytes, ROCE_UDP_PORT};
+use crate::perf::exchange::{self, gid_bytes, Encryption, ROCE_UDP_PORT};
 use crate::perf::{parse_mtu, Context as _, Error, Result};
 use roce::crypto::Session;
 
@@ -118,15 +118,8 @@ pub struct PingArgs {
     pub psk: Option<PathBuf>,
 }
 
-/// What `--encrypt` asks for: the pre-shared key, if any.
-type Encrypt = Option<Option<Vec<u8>>>;
-
-fn encryption(a: &PingArgs) -> Result<Encrypt> {
-    match (a.encrypt, &a.psk) {
-        (false, _) => Ok(None),
-        (true, None) => Ok(Some(None)),
-        (true, Some(p)) => Ok(Some(Some(crate::perf::args::read_psk(p).map_err(Error)?))),
-    }
+fn encryption(a: &PingArgs) -> Result<Option<Encryption>> {
+    Encryption::from_flags(a.encrypt, a.psk.as_deref()).map_err(Error)
 }
 
 /// An encrypting end sends this before its address: `rpp1:`, its X25519
@@ -157,10 +150,6 @@ fn parse_hello(first: &[u8], rest: &[u8]) -> Result<[u8; roce::crypto::PUBLIC_KE
             .ok_or_else(|| Error("malformed encryption hello from the peer".into()))?;
     }
     Ok(k)
-}
-
-fn key_exchange() -> Result<roce::crypto::KeyExchange> {
-    roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))
 }
 
 fn parse_size(s: &str) -> std::result::Result<u32, String> {
@@ -278,11 +267,12 @@ fn write_all(s: &mut TcpStream, b: &[u8]) -> Result<()> {
 
 /// `pp_client_exch_dest`; with `encrypt`, hellos first (see `HELLO_TAG`)
 /// and the agreed session.
-pub fn client_exchange(s: &mut TcpStream, mine: &Dest, encrypt: &Encrypt) -> Result<(Dest, Option<Session>)> {
-    let kx = match encrypt {
-        Some(_) => Some(key_exchange()?),
-        None => None,
-    };
+pub fn client_exchange(
+    s: &mut TcpStream,
+    mine: &Dest,
+    encrypt: &Option<Encryption>,
+) -> Result<(Dest, Option<Session>)> {
+    let kx = encrypt.as_ref().map(Encryption::start).transpose()?;
     let no_hello = || Error("the server does not encrypt: run both ends with --encrypt".into());
     // One write: a server that refuses the hello closes at once.
     let mut first_words = kx.as_ref().map(hello).unwrap_or_default();
@@ -293,13 +283,11 @@ pub fn client_exchange(s: &mut TcpStream, mine: &Dest, encrypt: &Encrypt) -> Res
         None => Error(format!("{} (a roce server run with --encrypt hangs up on a client without it)", e.0)),
     })?;
     let mut session = None;
-    match (kx, first.starts_with(HELLO_TAG)) {
-        (Some(kx), true) => {
+    match (encrypt.as_ref().zip(kx), first.starts_with(HELLO_TAG)) {
+        (Some((enc, kx)), true) => {
             let mut rest = [0u8; HELLO_LEN - MSG_LEN];
             std::io::Read::read_exact(s, &mut rest).context("couldn't read the server's hello")?;
-            let peer = parse_hello(&first, &rest)?;
-            let psk = encrypt.as_ref().and_then(|p| p.as_deref());
-            session = Some(kx.agree(&peer, true, psk).map_err(|e| Error(format!("encryption: {e}")))?);
+            session = Some(enc.agree(kx, &parse_hello(&first, &rest)?, true)?);
             first = read_msg(s)?;
         }
         (Some(_), false) => return Err(no_hello()),
@@ -322,7 +310,7 @@ pub fn server_exchange(
     mine: &Dest,
     deadline: Instant,
     budget: Duration,
-    encrypt: &Encrypt,
+    encrypt: &Option<Encryption>,
     connect: impl FnOnce(&Dest, Option<&Session>) -> Result<()>,
 ) -> Result<Dest> {
     let late = || Error(format!("timed out in the exchange after {} s", budget.as_secs()));
@@ -337,14 +325,13 @@ pub fn server_exchange(
     let mut session = None;
     let mut reply = Vec::new();
     match (encrypt, msg.starts_with(HELLO_TAG)) {
-        (Some(psk), true) => {
+        (Some(enc), true) => {
             let mut rest = [0u8; HELLO_LEN - MSG_LEN];
             read(s, &mut rest)?;
             let peer = parse_hello(&msg, &rest)?;
-            let kx = key_exchange()?;
+            let kx = enc.start()?;
             reply = hello(&kx);
-            session =
-                Some(kx.agree(&peer, false, psk.as_deref()).map_err(|e| Error(format!("encryption: {e}")))?);
+            session = Some(enc.agree(kx, &peer, false)?);
             read(s, &mut msg)?;
         }
         (Some(_), false) => {

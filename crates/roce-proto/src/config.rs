@@ -19,8 +19,6 @@ pub enum MrAddressing {
     /// see offsets from an address they must be told, and a guesser gains
     /// 51 more bits to find.
     Random,
-    /// The given address (a registration that names its own).
-    Fixed(u64),
 }
 
 /// Device-wide settings.

@@ -30,7 +30,7 @@ use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport}
 pub use crate::config::{CnpConfig, EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
-use crate::cc::{Dcqcn, Pacer};
+use crate::cc::{Dcqcn, NotificationPoint, Pacer};
 use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -235,18 +235,15 @@ impl Engine {
             return Err(VerbsError::NoResources(Object::Mr));
         }
         let pointer = spec.buf.addr() + spec.offset as u64;
-        let addressing = match (spec.iova, a.contains(Access::ZERO_BASED)) {
-            (Some(v), _) => MrAddressing::Fixed(v),
-            (None, true) => MrAddressing::ZeroBased,
-            (None, false) => self.res.cfg.mr_addressing,
-        };
-        let iova = match addressing {
-            MrAddressing::Fixed(v) => v,
-            MrAddressing::Pointer => pointer,
-            MrAddressing::ZeroBased => 0,
+        let iova = match (spec.iova, a.contains(Access::ZERO_BASED), self.res.cfg.mr_addressing) {
+            (Some(v), _, _) => v,
+            (None, true, _) | (None, false, MrAddressing::ZeroBased) => 0,
+            (None, false, MrAddressing::Pointer) => pointer,
             // 2^51 page-sized slots below 2^63; the page offset of the
             // memory is kept, so alignment (atomics) is the same.
-            MrAddressing::Random => (self.rng.next_u64() & RANDOM_IOVA_MASK) | (pointer & 0xfff),
+            (None, false, MrAddressing::Random) => {
+                (self.rng.next_u64() & RANDOM_IOVA_MASK) | (pointer & 0xfff)
+            }
         };
         if iova.checked_add(spec.length as u64).is_none() {
             return Err(Invalid::IovaOverflow { iova, length: spec.length }.into());
@@ -701,11 +698,13 @@ impl Engine {
 
     /// Opens the datagram first if its QP is protected (`crypto`).
     fn handle_verified(&mut self, now: Instant, meta: &DatagramMeta, bytes: &[u8]) {
+        // Nothing more per packet on a device that never protected a QP.
+        if !self.any_protected {
+            return self.handle_checked(now, meta, bytes);
+        }
         let qpn = u32::from_be_bytes([0, bytes[5], bytes[6], bytes[7]]);
         let info = roce_wire::opcode::lookup(bytes[0]);
-        // The QP lookup is paid only on a device that ever protected a QP.
-        let protected = self.any_protected
-            && info.is_some_and(|i| i.transport != Transport::Cnp)
+        let protected = info.is_some_and(|i| i.transport != Transport::Cnp)
             && self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some());
         let (Some(info), true) = (info, protected) else {
             return self.handle_checked(now, meta, bytes);
@@ -749,11 +748,6 @@ impl Engine {
             alpha: r.dcqcn.alpha(),
             cuts: r.dcqcn.rate_cuts(),
         })
-    }
-
-    /// Whether a QP's packets are protected.
-    pub fn qp_protected(&self, qpn: u32) -> bool {
-        self.qps.get(&qpn).is_some_and(|q| q.crypto.is_some())
     }
 
     /// Counts the datagram and checks its ICRC (see `datagram`).
@@ -1031,8 +1025,8 @@ struct QpEntry {
     rate: Option<Box<QpRate>>,
     /// A CE mark asked for a CNP that has not left yet.
     cnp_due: bool,
-    /// When the last CNP was queued (the notification point's spacing).
-    last_cnp: Option<Instant>,
+    /// The notification point's spacing of CNPs, made at the first CE mark.
+    np: Option<NotificationPoint>,
 }
 
 impl QpEntry {
@@ -1048,7 +1042,7 @@ impl QpEntry {
             crypto: None,
             rate: None,
             cnp_due: false,
-            last_cnp: None,
+            np: None,
         }
     }
 
@@ -1075,11 +1069,11 @@ impl QpEntry {
         if !matches!(self.core.init.qp_type, QpType::Rc | QpType::Uc) || self.core.state == QpState::Err {
             return;
         }
-        let spaced = self.last_cnp.is_none_or(|t| now.saturating_duration_since(t) >= cfg.cnp.min_interval);
-        if spaced && !self.cnp_due {
-            self.cnp_due = true;
-            self.last_cnp = Some(now);
+        if self.cnp_due {
+            return;
         }
+        let np = self.np.get_or_insert_with(|| NotificationPoint::new(cfg.cnp.min_interval));
+        self.cnp_due = np.should_send_cnp(now);
     }
 
     /// The CNP (Annex A17.9.3): BTH opcode 0x81 to the peer's QP, BECN
@@ -1188,8 +1182,10 @@ impl QpEntry {
         let len = r.ok().flatten()?;
         if let Some(rate) = &mut self.rate {
             let wire = len as u64 + limits::WIRE_OVERHEAD;
+            // A turn missed by at most `pacing_slack` is caught up (the
+            // pacer was ready, so its turn is not after `now`).
             let floor = Instant(now.as_nanos().saturating_sub(res.cfg.pacing_slack.as_nanos()));
-            rate.pacer.on_send(floor.max(rate.pacer.next_send()).min(now), wire, rate.dcqcn.rate_bps());
+            rate.pacer.on_send(floor.max(rate.pacer.next_send()), wire, rate.dcqcn.rate_bps());
             rate.dcqcn.on_bytes_sent(wire, now);
             rate.settle(res, &mut self.core.timers);
         }

@@ -823,11 +823,6 @@ impl Qp {
         self.dev().with(|e| e.set_qp_keys(self.qpn, keys))
     }
 
-    /// Whether the QP's packets are protected.
-    pub fn protected(&self) -> bool {
-        self.dev().with(|e| Ok(e.qp_protected(self.qpn))).unwrap_or(false)
-    }
-
     /// RC/UC: moves the QP RESET -> INIT -> RTR -> RTS towards `remote`
     /// (the peer's `endpoint()`), sending from this QP's own first PSN (the
     /// one `endpoint()` told the peer). UD QPs are not connected: see

@@ -320,8 +320,7 @@ pub struct Conf {
     pub timeout: Duration,
     pub counters: bool,
     pub gso: bool,
-    /// `--encrypt`, with the pre-shared key if any.
-    pub encrypt: Option<Option<Vec<u8>>>,
+    pub encrypt: Option<exchange::Encryption>,
     pub mr_addressing: MrAddressing,
     pub pin_peer_port: bool,
     /// `--cc` with the `--cc-param` overrides applied.
@@ -426,11 +425,7 @@ impl Conf {
             timeout: Duration::from_secs(a.timeout),
             counters: a.counters,
             gso: !a.no_gso,
-            encrypt: match (a.encrypt, &a.psk) {
-                (false, _) => None,
-                (true, None) => Some(None),
-                (true, Some(p)) => Some(Some(read_psk(p)?)),
-            },
+            encrypt: exchange::Encryption::from_flags(a.encrypt, a.psk.as_deref())?,
             mr_addressing: a.mr_addressing,
             pin_peer_port: a.pin_peer_port,
             cc: {

@@ -235,8 +235,8 @@ pub struct Oob {
     patience: Option<(Duration, Activity)>,
     /// A server's bound on the exchange before the test ([`Oob::admit`]).
     admission: Option<Admission>,
-    /// `--encrypt` on this end, with its pre-shared key if any.
-    encrypt: Option<Option<Vec<u8>>>,
+    /// `--encrypt` on this end.
+    encrypt: Option<Encryption>,
     /// The agreed secret of an encrypted test, once the keys crossed.
     pub session: Option<roce::crypto::Session>,
 }
@@ -273,6 +273,49 @@ pub fn listen(port: u16) -> Result<TcpListener> {
     dual()
         .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
         .map_err(|e| Error(format!("cannot listen on TCP port {port}: {e}")))
+}
+
+/// `--encrypt` on `roce perf` or `roce ping`, with the pre-shared key of
+/// `--psk` if any: how this end takes part in a key agreement.
+#[derive(Debug, Clone)]
+pub struct Encryption {
+    psk: Option<Vec<u8>>,
+}
+
+impl Encryption {
+    /// From the flags: `None` without `--encrypt`.
+    pub fn from_flags(
+        encrypt: bool,
+        psk: Option<&std::path::Path>,
+    ) -> std::result::Result<Option<Self>, String> {
+        if !encrypt {
+            return Ok(None);
+        }
+        Ok(Some(Encryption { psk: psk.map(super::args::read_psk).transpose()? }))
+    }
+
+    /// How the packets are protected, for the header.
+    pub fn describe(&self) -> &'static str {
+        match self.psk {
+            None => "AES-128-GCM per QP and direction, keys by X25519",
+            Some(_) => "AES-128-GCM per QP and direction, keys by X25519 and the pre-shared key",
+        }
+    }
+
+    /// This end's half of the agreement (its public key goes to the peer).
+    pub fn start(&self) -> Result<roce::crypto::KeyExchange> {
+        roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))
+    }
+
+    /// The session, from the peer's public key. `initiator`: the client.
+    pub fn agree(
+        &self,
+        kx: roce::crypto::KeyExchange,
+        peer: &[u8; roce::crypto::PUBLIC_KEY_LEN],
+        initiator: bool,
+    ) -> Result<roce::crypto::Session> {
+        kx.agree(peer, initiator, self.psk.as_deref()).map_err(|e| Error(format!("encryption: {e}")))
+    }
 }
 
 /// `a` with an IPv4-mapped IPv6 address written as IPv4 (a client of the
@@ -326,21 +369,18 @@ impl Oob {
 
     /// Asks for an encrypted test (`--encrypt`): announced with the version
     /// (see `versions`), the keys agreed by `agree_keys`.
-    pub fn set_encryption(&mut self, encrypt: Option<Option<Vec<u8>>>) {
+    pub fn set_encryption(&mut self, encrypt: Option<Encryption>) {
         self.encrypt = encrypt;
     }
 
     /// An encrypted test: both ends send an X25519 public key (after the
     /// version, so both know it comes) and derive the session.
     pub fn agree_keys(&mut self) -> Result<()> {
-        let Some(psk) = self.encrypt.clone() else { return Ok(()) };
-        let kx = roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))?;
+        let Some(enc) = self.encrypt.clone() else { return Ok(()) };
+        let kx = enc.start()?;
         let mut theirs = [0u8; roce::crypto::PUBLIC_KEY_LEN];
         self.xchg(&kx.public_key(), &mut theirs)?;
-        let s = kx
-            .agree(&theirs, self.role == Role::Client, psk.as_deref())
-            .map_err(|e| Error(format!("encryption: {e}")))?;
-        self.session = Some(s);
+        self.session = Some(enc.agree(kx, &theirs, self.role == Role::Client)?);
         Ok(())
     }
 

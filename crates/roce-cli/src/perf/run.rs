@@ -523,10 +523,7 @@ impl Side for RdmaSide {
             mtu: self.mtu.bytes(),
             out_reads: c.out_reads.into(),
             icrc_check: self.dev.rx_icrc_check().to_string(),
-            encryption: c.encrypt.as_ref().map(|psk| match psk {
-                None => "AES-128-GCM per QP and direction, keys by X25519",
-                Some(_) => "AES-128-GCM per QP and direction, keys by X25519 and the pre-shared key",
-            }),
+            encryption: c.encrypt.as_ref().map(super::exchange::Encryption::describe),
         };
         let header = report::header(&h);
         let role = if self.role == Role::Server { "server" } else { "client" };
