@@ -608,16 +608,15 @@ impl End {
 
     /// The ping-pong; returns the elapsed time.
     fn run(&self, iters: u64, client: bool, timeout: Duration) -> Result<Duration> {
-        let mut pending = RECV_WRID;
+        let mut tally = Tally::new(iters, client);
         if client {
             self.post_send()?;
-            pending |= SEND_WRID;
         }
-        let (mut scnt, mut rcnt, mut routs) = (0u64, 0u64, self.rx_depth);
+        let mut routs = self.rx_depth;
         let mut wcs = [WC_ZERO; 2];
         let start = Instant::now();
         let mut last = start;
-        while rcnt < iters || scnt < iters {
+        'wait: while !tally.done() {
             let n = match self
                 .cq
                 .wait(&mut wcs, timeout.saturating_sub(last.elapsed()).max(Duration::from_millis(1)))
@@ -629,36 +628,19 @@ impl End {
             if n == 0 {
                 if last.elapsed() >= timeout {
                     return Err(Error(format!(
-                        "no completion for {} s after {scnt} sends and {rcnt} receives (is the peer running?)",
-                        timeout.as_secs()
+                        "no completion for {} s after {} sends and {} receives (is the peer running?)",
+                        timeout.as_secs(),
+                        tally.scnt,
+                        tally.rcnt
                     )));
                 }
                 continue;
             }
             last = Instant::now();
             for wc in &wcs[..n] {
-                if wc.status != WcStatus::Success {
-                    // The server answers message k only after receiving it,
-                    // so a client that has all `iters` answers knows every
-                    // message arrived: its last SEND failing means only that
-                    // the ACK was lost and the server has already left.
-                    if client && rcnt >= iters && wc.wr_id == SEND_WRID && wc.status == WcStatus::RetryExcErr
-                    {
-                        eprintln!(
-                            "note: the ACK of the last message was lost and the server has left; \
-                             it answered every message, so every message arrived"
-                        );
-                        scnt = iters;
-                        continue;
-                    }
-                    return Err(Error(format!(
-                        "Failed status {:?} ({}) for wr_id {}",
-                        wc.status, wc.status as u32, wc.wr_id
-                    )));
-                }
-                match wc.wr_id {
-                    SEND_WRID => scnt += 1,
-                    RECV_WRID => {
+                match tally.take(wc.wr_id, wc.status)? {
+                    Seen::Send => {}
+                    Seen::Recv => {
                         if self.chk {
                             self.check_received()?;
                         }
@@ -669,14 +651,19 @@ impl End {
                                 routs += 1;
                             }
                         }
-                        rcnt += 1;
                     }
-                    other => return Err(Error(format!("completion for unknown wr_id {other}"))),
+                    Seen::LastAckLost => {
+                        eprintln!(
+                            "note: the ACK of the last message was lost and the server has left; \
+                             it answered every message, so every message arrived"
+                        );
+                        // The QP is in the error state now: what follows on
+                        // the CQ is the flush of the receives still posted.
+                        break 'wait;
+                    }
                 }
-                pending &= !wc.wr_id;
-                if scnt < iters && pending == 0 {
+                if tally.send_due() {
                     self.post_send()?;
-                    pending = RECV_WRID | SEND_WRID;
                 }
             }
         }
@@ -709,6 +696,83 @@ impl End {
                 seen = now;
                 quiet_since = Instant::now();
             }
+        }
+    }
+}
+
+/// What a completion of the ping-pong was.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Send,
+    Recv,
+    /// The client's last SEND failed for want of an ACK after every answer
+    /// had arrived: the run is complete (see [`Tally::take`]).
+    LastAckLost,
+}
+
+/// rc_pingpong's completion accounting: sends and receives counted, and the
+/// next SEND due once both the previous SEND and a receive completed.
+#[derive(Debug)]
+struct Tally {
+    iters: u64,
+    client: bool,
+    scnt: u64,
+    rcnt: u64,
+    /// The work requests (`SEND_WRID`, `RECV_WRID` bits) still awaited
+    /// before the next SEND.
+    pending: u64,
+}
+
+impl Tally {
+    fn new(iters: u64, client: bool) -> Self {
+        let pending = if client { RECV_WRID | SEND_WRID } else { RECV_WRID };
+        Tally { iters, client, scnt: 0, rcnt: 0, pending }
+    }
+
+    fn done(&self) -> bool {
+        self.scnt >= self.iters && self.rcnt >= self.iters
+    }
+
+    /// Counts one completion. Any error fails the run but one: the server
+    /// sends answer k only after receiving message k, so a client holding
+    /// all `iters` answers knows every message arrived, and its last SEND
+    /// failing with a retry error means only that the ACK was lost and the
+    /// server has already destroyed its QP.
+    fn take(&mut self, wr_id: u64, status: WcStatus) -> Result<Seen> {
+        if status != WcStatus::Success {
+            if self.client
+                && self.rcnt >= self.iters
+                && self.scnt + 1 == self.iters
+                && wr_id == SEND_WRID
+                && status == WcStatus::RetryExcErr
+            {
+                self.scnt = self.iters;
+                return Ok(Seen::LastAckLost);
+            }
+            return Err(Error(format!("Failed status {status:?} ({}) for wr_id {wr_id}", status as u32)));
+        }
+        let seen = match wr_id {
+            SEND_WRID => {
+                self.scnt += 1;
+                Seen::Send
+            }
+            RECV_WRID => {
+                self.rcnt += 1;
+                Seen::Recv
+            }
+            other => return Err(Error(format!("completion for unknown wr_id {other}"))),
+        };
+        self.pending &= !wr_id;
+        Ok(seen)
+    }
+
+    /// Whether the next SEND is due now; if so, it is counted as awaited.
+    fn send_due(&mut self) -> bool {
+        if self.scnt < self.iters && self.pending == 0 {
+            self.pending = RECV_WRID | SEND_WRID;
+            true
+        } else {
+            false
         }
     }
 }
@@ -908,6 +972,66 @@ mod tests {
             t,
             "32768 bytes in 0.04 seconds = 6.35 Mbit/sec\n4 iters in 0.04 seconds = 10316.75 usec/iter"
         );
+    }
+
+    /// A client's run: every send and every answer, in pingpong order.
+    fn client_run(t: &mut Tally, iters: u64) {
+        for _ in 0..iters - 1 {
+            assert_eq!(t.take(SEND_WRID, WcStatus::Success).unwrap(), Seen::Send);
+            assert!(!t.send_due());
+            assert_eq!(t.take(RECV_WRID, WcStatus::Success).unwrap(), Seen::Recv);
+            assert!(t.send_due());
+        }
+    }
+
+    #[test]
+    fn tally_paces_sends_like_rc_pingpong() {
+        let mut t = Tally::new(3, true);
+        client_run(&mut t, 3);
+        assert!(!t.done());
+        // The answer may overtake the SEND's completion.
+        assert_eq!(t.take(RECV_WRID, WcStatus::Success).unwrap(), Seen::Recv);
+        assert!(!t.send_due() && !t.done());
+        assert_eq!(t.take(SEND_WRID, WcStatus::Success).unwrap(), Seen::Send);
+        assert!(!t.send_due() && t.done());
+        // The server sends only after a receive.
+        let mut s = Tally::new(2, false);
+        assert!(!s.send_due());
+        s.take(RECV_WRID, WcStatus::Success).unwrap();
+        assert!(s.send_due());
+        assert!(s.take(7, WcStatus::Success).is_err());
+    }
+
+    /// The last ACK lost and the server gone: the client's last SEND fails
+    /// after every answer arrived, which completes the run; any other
+    /// failure does not.
+    #[test]
+    fn tally_forgives_only_the_last_ack() {
+        let mut t = Tally::new(3, true);
+        client_run(&mut t, 3);
+        t.take(RECV_WRID, WcStatus::Success).unwrap();
+        assert_eq!(t.take(SEND_WRID, WcStatus::RetryExcErr).unwrap(), Seen::LastAckLost);
+        assert!(t.done());
+
+        // Answers missing: a real failure.
+        let mut t = Tally::new(3, true);
+        client_run(&mut t, 3);
+        assert!(t.take(SEND_WRID, WcStatus::RetryExcErr).is_err());
+        // An earlier SEND: a real failure.
+        let mut t = Tally::new(3, true);
+        assert!(t.take(SEND_WRID, WcStatus::RetryExcErr).is_err());
+        // Another status, or the server side: a real failure.
+        let mut t = Tally::new(3, true);
+        client_run(&mut t, 3);
+        t.take(RECV_WRID, WcStatus::Success).unwrap();
+        assert!(t.take(SEND_WRID, WcStatus::RemAccessErr).is_err());
+        let mut s = Tally::new(1, false);
+        s.take(RECV_WRID, WcStatus::Success).unwrap();
+        assert!(s.send_due());
+        assert!(s.take(SEND_WRID, WcStatus::RetryExcErr).is_err());
+        // A flushed receive before the end: a real failure.
+        let mut t = Tally::new(3, true);
+        assert!(t.take(RECV_WRID, WcStatus::WrFlushErr).is_err());
     }
 
     fn segments(name: &str) -> Vec<Segment> {
