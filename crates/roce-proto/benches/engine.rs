@@ -24,7 +24,19 @@
 //! iteration (warm-up included, all of it steady state): payload Gb/s,
 //! packets per second from `Counters::sent_pkts` (both engines: data + ACK,
 //! and data alone), ns per message, and the ratio engine/memcpy of payload
-//! throughput. Run with
+//! throughput.
+//!
+//! Then, congestion control's cost with no congestion: each case again as
+//! two streams on the wall clock (the engines' `now` is real time, as under
+//! a driver, so pacing sees time pass), configured as the `roce` device
+//! configures its engine (`pacing_slack` 2 ms, 100 Gb/s line rate), one
+//! with `cc = none`, one with `cc = dcqcn` (ConnectX defaults; both
+//! engines: the requester's reaction point paces every packet, the
+//! responder's notification point looks at every packet's ECN). They run
+//! interleaved, in blocks of the same number of messages, alternating
+//! which goes first; the report gives both throughputs (medians over the
+//! blocks) and the median of the per-block ratios on/off, and checks that
+//! nothing was marked and no rate was cut. Run with
 //!
 //! ```sh
 //! cargo bench -p roce-proto --bench engine
@@ -37,6 +49,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
+use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 use roce_proto::PathMtu;
 use stream::{Kind, Stream};
 
@@ -123,6 +136,72 @@ fn run_case(c: &mut Criterion, case: &Case) -> (Tally, Tally) {
     (engine, copy)
 }
 
+/// Blocks of the on/off comparison, and how long one block should take.
+const CC_BLOCKS: usize = 21;
+const CC_BLOCK_SECS: f64 = 0.1;
+
+/// The on/off comparison of one case, medians over the blocks.
+struct CcCost {
+    /// Messages per second: cc none, a second cc none stream (the
+    /// control), cc dcqcn.
+    msgs_per_sec: [f64; 3],
+    /// Per-block ratios dcqcn/none and control/none (the noise floor).
+    ratio: f64,
+    control: f64,
+}
+
+fn cc_overhead(case: &Case) -> CcCost {
+    let stream = |cc: CcAlgorithm| {
+        let configure = |c: &mut roce_proto::EngineConfig| {
+            c.cc = cc.clone();
+            c.pacing_slack = roce_proto::Duration::from_millis(2);
+        };
+        let mut s =
+            Stream::with_config(case.kind, case.len, PathMtu::Mtu4096, case.depth, 32, configure, true);
+        s.run_messages(20 * case.depth as u64);
+        s
+    };
+    let mut s = [
+        stream(CcAlgorithm::None),
+        stream(CcAlgorithm::None),
+        stream(CcAlgorithm::Dcqcn(DcqcnParams::nvidia())),
+    ];
+    // Size a block from a short timed run.
+    let t = Instant::now();
+    s[2].run_messages(200);
+    let per_msg = t.elapsed().as_secs_f64() / 200.0;
+    let n = ((CC_BLOCK_SECS / per_msg) as u64).max(100);
+    let mut rates = [Vec::new(), Vec::new(), Vec::new()];
+    let (mut ratios, mut controls) = (Vec::new(), Vec::new());
+    for block in 0..CC_BLOCKS {
+        let mut r = [0.0; 3];
+        // Each stream takes each place in the order in turn.
+        for i in 0..3 {
+            let k = (block + i) % 3;
+            let c0 = s[k].completed;
+            let t = Instant::now();
+            s[k].run_messages(n);
+            r[k] = (s[k].completed - c0) as f64 / t.elapsed().as_secs_f64();
+            rates[k].push(r[k]);
+        }
+        ratios.push(r[2] / r[0]);
+        controls.push(r[1] / r[0]);
+    }
+    for (k, s) in s.iter_mut().enumerate() {
+        s.check_data();
+        let c = s.p.e[0].counters();
+        assert_eq!((c.cnp_rcvd, c.cc_rate_cuts), (0, 0), "stream {k} saw congestion: {c:?}");
+        assert_eq!(s.p.e[1].counters().ecn_ce_rcvd, 0);
+    }
+    let rate = s[2].p.e[0].qp_rate(s[2].qpn[0]).expect("the DCQCN stream has a rate");
+    assert_eq!(rate.rate_bps, roce_proto::limits::LINE_RATE_BPS, "{rate:?}");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    CcCost { msgs_per_sec: rates.map(median), ratio: median(ratios), control: median(controls) }
+}
+
 fn main() {
     let mut c = Criterion::default()
         .sample_size(30)
@@ -135,6 +214,7 @@ fn main() {
     ];
     let results: Vec<_> = cases.iter().map(|case| (case.name, run_case(&mut c, case))).collect();
     c.final_summary();
+    let cc: Vec<_> = cases.iter().map(cc_overhead).collect();
 
     println!("\nsummary (all timed iterations, steady state, one core):");
     for (name, (e, m)) in results {
@@ -164,6 +244,28 @@ fn main() {
             m.ns as f64 / m.msgs as f64,
             e.gbps() / m.gbps(),
             m.gbps() / e.gbps(),
+        );
+    }
+
+    println!(
+        "\ncongestion control with no congestion (wall clock, pacing_slack 2 ms, 100 Gb/s line rate; \
+         {CC_BLOCKS} interleaved blocks of ~{CC_BLOCK_SECS} s each, medians):"
+    );
+    for (case, c) in cases.iter().zip(cc) {
+        let gbps = |m: f64| m * f64::from(case.len) * 8.0 / 1e9;
+        let [off, _, on] = c.msgs_per_sec;
+        println!(
+            "{}: cc none {:.3} Mmsg/s ({:.2} Gb/s), cc dcqcn {:.3} Mmsg/s ({:.2} Gb/s); \
+             dcqcn/none = {:.4} ({:+.1}%); control none/none = {:.4} ({:+.1}%)",
+            case.name,
+            off / 1e6,
+            gbps(off),
+            on / 1e6,
+            gbps(on),
+            c.ratio,
+            (c.ratio - 1.0) * 100.0,
+            c.control,
+            (c.control - 1.0) * 100.0,
         );
     }
 }

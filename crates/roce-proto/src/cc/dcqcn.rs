@@ -256,6 +256,10 @@ impl Dcqcn {
     /// counter once the rate has been cut).
     pub fn on_bytes_sent(&mut self, bytes: u64, now: Instant) {
         let now = self.clock(now);
+        if !self.active {
+            // Before the first CNP no timer runs and nothing counts.
+            return;
+        }
         self.advance(now);
         let b = self.p.byte_counter_bytes;
         if b == 0 || self.last_cut.is_none() {

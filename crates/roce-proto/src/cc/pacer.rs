@@ -8,14 +8,23 @@ use crate::time::{Duration, Instant};
 /// target, below it by under 1 ns per packet). An idle pacer earns no
 /// credit: after a pause the next packet leaves at once, then spacing
 /// resumes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pacer {
     next: Instant,
+    /// The last packet's (wire bytes, rate) and its transmit time: a
+    /// stream of equal packets at one rate divides once.
+    last: (u64, u64, Duration),
+}
+
+impl Default for Pacer {
+    fn default() -> Pacer {
+        Pacer::new()
+    }
 }
 
 impl Pacer {
     pub const fn new() -> Pacer {
-        Pacer { next: Instant::ZERO }
+        Pacer { next: Instant::ZERO, last: (0, 0, Duration(u64::MAX)) }
     }
 
     /// The earliest instant the next packet may leave.
@@ -33,7 +42,10 @@ impl Pacer {
     /// its turn) at `rate_bps`, and returns when the next one may leave.
     pub fn on_send(&mut self, now: Instant, wire_bytes: u64, rate_bps: u64) -> Instant {
         let start = now.max(self.next);
-        self.next = start + Pacer::transmit_time(wire_bytes, rate_bps);
+        if (self.last.0, self.last.1) != (wire_bytes, rate_bps) {
+            self.last = (wire_bytes, rate_bps, Pacer::transmit_time(wire_bytes, rate_bps));
+        }
+        self.next = start + self.last.2;
         self.next
     }
 

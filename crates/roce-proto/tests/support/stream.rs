@@ -12,6 +12,10 @@
 //! is signalled and all of them use the same 64 KiB-aligned source and
 //! destination bytes, so the working set is two `len`-byte buffers.
 //!
+//! Time is virtual by default (100 ns per round); [`Stream::with_config`]
+//! can run it on the wall clock instead, as a driver does, for engines
+//! whose pacing must see real time pass.
+//!
 //! WRs come either freshly built (a `Vec<Sge>` per WR, as an application
 //! would) or from a pool filled beforehand (`fill_pools`), so that allocation
 //! counts can tell the engine's allocations from the caller's.
@@ -19,7 +23,7 @@
 
 use std::sync::Arc;
 
-use roce_proto::testkit::{Pair, Region, A, B};
+use roce_proto::testkit::{self, Pair, Region, A, B};
 use roce_proto::*;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,11 +57,33 @@ pub struct Stream {
     send_pool: Vec<SendWr>,
     recv_pool: Vec<RecvWr>,
     pub use_pools: bool,
+    /// Wall-clock time: the engines' `now` is the pair's start plus the
+    /// real time since this instant.
+    wall: Option<(std::time::Instant, Instant)>,
 }
 
 impl Stream {
     pub fn new(kind: Kind, len: u32, mtu: PathMtu, depth: usize, batch: usize) -> Stream {
-        let mut p = Pair::with_seeds([1, 2]);
+        Stream::with_config(kind, len, mtu, depth, batch, |_| {}, false)
+    }
+
+    /// Both engines' default configurations changed by `configure`; on the
+    /// wall clock when `wall_clock`.
+    pub fn with_config(
+        kind: Kind,
+        len: u32,
+        mtu: PathMtu,
+        depth: usize,
+        batch: usize,
+        configure: impl Fn(&mut EngineConfig),
+        wall_clock: bool,
+    ) -> Stream {
+        let cfg = [A, B].map(|side| {
+            let mut c = EngineConfig::new(vec![testkit::ip(side)]);
+            configure(&mut c);
+            c
+        });
+        let mut p = Pair::with_configs(cfg, [1, 2]);
         let cap = QpCap {
             max_send_wr: depth.max(1) as u32,
             max_recv_wr: depth.max(1) as u32,
@@ -66,6 +92,7 @@ impl Stream {
         };
         // ACK timeout 14 (~67 ms): the stream never waits for it.
         let conn = p.connect_with(QpType::Rc, |a| a.cap = cap, mtu, [7, 1007], |_, c| c.timeout = 14);
+        let p_now = p.now;
         let src = p.region(A, len as usize, 0x1000_0000, Access::ALL);
         let dst = p.region(B, len as usize, 0x2000_0000, Access::ALL);
         let pattern: Vec<u8> =
@@ -90,6 +117,7 @@ impl Stream {
             send_pool: Vec::new(),
             recv_pool: Vec::new(),
             use_pools: false,
+            wall: wall_clock.then(|| (std::time::Instant::now(), p_now)),
         }
     }
 
@@ -162,7 +190,10 @@ impl Stream {
     pub fn round(&mut self) {
         self.post();
         self.p.exchange(self.batch);
-        self.p.now = self.p.now + Duration::from_nanos(100);
+        self.p.now = match self.wall {
+            Some((t0, at)) => at + Duration::from_nanos(t0.elapsed().as_nanos() as u64),
+            None => self.p.now + Duration::from_nanos(100),
+        };
         // Reap.
         loop {
             let n = self.p.e[0].poll_cq(self.p.cq[0], &mut self.wcs).unwrap();
