@@ -167,8 +167,9 @@ impl Device {
         ecfg.mr_addressing = cfg.mr_addressing;
         ecfg.cc = cfg.cc.clone();
         ecfg.line_rate_bps = cfg.line_rate_bps;
-        // The driver sleeps in epoll, whose timeouts are whole milliseconds.
-        ecfg.pacing_slack = roce_proto::Duration::from_millis(2);
+        // The driver thread wakes at a deadline through a timerfd, but a
+        // busy machine schedules it a little late.
+        ecfg.pacing_slack = roce_proto::Duration::from_micros(200);
         ecfg.cnp = cfg.cnp;
         ecfg.pin_peer_port = cfg.pin_peer_port;
         let engine = match cfg.seed {

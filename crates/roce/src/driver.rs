@@ -105,6 +105,7 @@ pub(crate) const WAKER: mio::Token = mio::Token(1);
 /// In busy-poll mode the driver thread runs due timers at least this often.
 const BUSY_POLL_TICK: StdDuration = StdDuration::from_millis(1);
 pub(crate) const SOCKET: mio::Token = mio::Token(0);
+const TIMER: mio::Token = mio::Token(2);
 
 impl Shared {
     pub fn now(&self) -> Instant {
@@ -478,6 +479,8 @@ fn gso_refused(e: &io::Error) -> bool {
 /// keeps the timers.
 pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
     let mut events = mio::Events::with_capacity(8);
+    // Without it, timers run at epoll's millisecond resolution.
+    let mut timer = crate::timer::WakeTimer::new(poll.registry(), TIMER).ok();
     while !shared.stop.load(Ordering::Acquire) {
         let mut wakers = Vec::new();
         let timeout = {
@@ -500,6 +503,11 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             let next = core.engine.poll_timeout();
             shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
             let wait = next.map(|t| StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
+            if let Some(t) = &mut timer {
+                if t.arm(next, now).is_err() {
+                    timer = None;
+                }
+            }
             if shared.busy_poll {
                 Some(wait.map_or(BUSY_POLL_TICK, |w| w.min(BUSY_POLL_TICK)))
             } else {
@@ -508,6 +516,11 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
         };
         wakers.into_iter().for_each(std::task::Waker::wake);
         let _ = poll.poll(&mut events, timeout);
+        if let Some(t) = &mut timer {
+            if events.iter().any(|e| e.token() == TIMER) {
+                t.clear();
+            }
+        }
     }
 }
 

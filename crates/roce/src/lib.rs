@@ -18,6 +18,7 @@ pub mod crypto;
 mod device;
 mod driver;
 mod error;
+mod timer;
 /// Batched UDP I/O. Not part of the public API: public only for the
 /// raw-UDP baseline of the `vs_udp` benchmark.
 #[doc(hidden)]
