@@ -29,7 +29,7 @@
 //! Then, congestion control's cost with no congestion: each case again as
 //! two streams on the wall clock (the engines' `now` is real time, as under
 //! a driver, so pacing sees time pass), configured as the `roce` device
-//! configures its engine (`pacing_slack` 2 ms, 100 Gb/s line rate), one
+//! configures its engine (`pacing_slack` 200 us, 100 Gb/s line rate), one
 //! with `cc = none`, one with `cc = dcqcn` (ConnectX defaults; both
 //! engines: the requester's reaction point paces every packet, the
 //! responder's notification point looks at every packet's ECN). They run
@@ -154,7 +154,7 @@ fn cc_overhead(case: &Case) -> CcCost {
     let stream = |cc: CcAlgorithm| {
         let configure = |c: &mut roce_proto::EngineConfig| {
             c.cc = cc.clone();
-            c.pacing_slack = roce_proto::Duration::from_millis(2);
+            c.pacing_slack = roce_proto::Duration::from_micros(200);
         };
         let mut s =
             Stream::with_config(case.kind, case.len, PathMtu::Mtu4096, case.depth, 32, configure, true);
@@ -248,7 +248,7 @@ fn main() {
     }
 
     println!(
-        "\ncongestion control with no congestion (wall clock, pacing_slack 2 ms, 100 Gb/s line rate; \
+        "\ncongestion control with no congestion (wall clock, pacing_slack 200 us, 100 Gb/s line rate; \
          {CC_BLOCKS} interleaved blocks of ~{CC_BLOCK_SECS} s each, medians):"
     );
     for (case, c) in cases.iter().zip(cc) {
