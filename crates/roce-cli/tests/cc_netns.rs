@@ -288,6 +288,9 @@ fn dcqcn_paces_two_flows_through_a_marking_bottleneck() {
         // rate at the end may have recovered once the run went idle).
         let cuts = c["cc"][0]["cuts"].as_u64().expect("the QP's rate cuts");
         assert!(cuts > 0, "a client never slowed down: {}", c["cc"]);
+        // The engine timed its requests to their ACKs over the real path.
+        let rtt = c["cc"][0]["rtt_ns"].as_u64().expect("the QP's RTT");
+        assert!(rtt > 0 && c["cc"][0]["rtt_samples"].as_u64() > Some(0), "{}", c["cc"]);
     }
     assert!(jain(&bw) >= 0.9, "unfair split {bw:?}");
     // The CNPs as they crossed the wire, judged by the independent oracle.

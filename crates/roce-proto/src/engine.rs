@@ -30,7 +30,7 @@ use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport}
 pub use crate::config::{CnpConfig, EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
 
-use crate::cc::{Dcqcn, NotificationPoint, Pacer};
+use crate::cc::{Dcqcn, NotificationPoint, Pacer, RttProbe};
 use crate::completer::Completer;
 use crate::counters::Counters;
 use crate::cq::Cq;
@@ -77,6 +77,8 @@ struct QpRate {
     pacer: Pacer,
     /// Cuts already added to the device's `cc_rate_cuts`.
     counted_cuts: u64,
+    /// Request to ACK times (DCQCN does not use them; they are reported).
+    rtt: RttProbe,
 }
 
 impl QpRate {
@@ -102,6 +104,11 @@ pub struct QpRateState {
     pub alpha: f64,
     /// Rate cuts so far.
     pub cuts: u64,
+    /// Smoothed round-trip time of the QP's requests (request packet to
+    /// the response that acknowledges it), once measured.
+    pub rtt: Option<crate::time::Duration>,
+    /// RTT samples taken.
+    pub rtt_samples: u64,
 }
 
 /// Bits of a random region address: below 2^63, page aligned.
@@ -747,6 +754,8 @@ impl Engine {
             target_bps: r.dcqcn.target_rate_bps(),
             alpha: r.dcqcn.alpha(),
             cuts: r.dcqcn.rate_cuts(),
+            rtt: r.rtt.smoothed(),
+            rtt_samples: r.rtt.samples(),
         })
     }
 
@@ -860,6 +869,9 @@ impl Engine {
             qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);
         } else {
             qp.comp.handle_response(&mut qp.req, &mut qp.core, res, now, info, &pkt);
+            if let Some(rate) = &mut qp.rate {
+                rate.rtt.on_acked(qp.comp.psn(), now);
+            }
             qp.settle(res);
             qp.check_drained(res);
         }
@@ -1166,6 +1178,7 @@ impl QpEntry {
                     dcqcn: Dcqcn::new(p.clone(), res.cfg.line_rate_bps, now),
                     pacer: Pacer::new(),
                     counted_cuts: 0,
+                    rtt: RttProbe::new(),
                 })
             });
             if !rate.pacer.ready(now) {
@@ -1188,6 +1201,8 @@ impl QpEntry {
             rate.pacer.on_send(floor.max(rate.pacer.next_send()), wire, rate.dcqcn.rate_bps());
             rate.dcqcn.on_bytes_sent(wire, now);
             rate.settle(res, &mut self.core.timers);
+            let bth = roce_wire::bth::Bth::new_unchecked(&buf[..len]);
+            rate.rtt.on_sent(bth.psn(), bth.ack_req(), now);
         }
         if self.core.init.qp_type != QpType::Rc {
             self.comp.unreliable_sent(&self.req);

@@ -75,6 +75,8 @@ struct Outcome {
     dropped: u64,
     cnp_sent: u64,
     rate_cuts: u64,
+    /// Each QP's smoothed RTT and its sample count, under congestion control.
+    rtt: [Option<(Duration, u64)>; 2],
 }
 
 fn run(cc: CcAlgorithm) -> Outcome {
@@ -187,6 +189,7 @@ fn run(cc: CcAlgorithm) -> Outcome {
         dropped: link.dropped,
         cnp_sent: p.e[B].counters().cnp_sent,
         rate_cuts: p.e[A].counters().cc_rate_cuts,
+        rtt: qps.map(|q| p.e[A].qp_rate(q).and_then(|s| Some((s.rtt?, s.rtt_samples)))),
     }
 }
 
@@ -212,6 +215,15 @@ fn dcqcn_converges_to_fair_shares_with_a_bounded_queue() {
         assert_eq!(on.dropped, 0, "{set}: the buffer overflowed");
         assert!(on.max_queue_late < BUFFER / 2, "{set}: queue {} B", on.max_queue_late);
         assert!(goodput > 5.0, "{set}: the link idled ({goodput:.2} Gb/s)");
+        // The RTT the engine measured lies between the propagation delay
+        // both ways and that plus a full buffer's drain time.
+        let ceiling = 2 * DELAY.as_nanos() + BUFFER * 8 * 1_000_000_000 / LINK_BPS;
+        for (q, r) in on.rtt.iter().enumerate() {
+            let (rtt, samples) = r.unwrap_or_else(|| panic!("{set}: QP {q} measured no RTT"));
+            eprintln!("{set}: QP {q} smoothed RTT {} ns over {samples} samples", rtt.as_nanos());
+            assert!(samples > 100, "{set}: QP {q}: {samples} RTT samples");
+            assert!((2 * DELAY.as_nanos()..=ceiling).contains(&rtt.as_nanos()), "{set}: QP {q}: RTT {rtt:?}");
+        }
     }
     let off = run(CcAlgorithm::None);
     eprintln!(
@@ -223,6 +235,7 @@ fn dcqcn_converges_to_fair_shares_with_a_bounded_queue() {
         "without congestion control the queue stayed small"
     );
     assert_eq!(off.rate_cuts, 0);
+    assert_eq!(off.rtt, [None, None], "no congestion control, no rate state");
 }
 
 #[test]

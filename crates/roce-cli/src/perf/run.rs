@@ -370,6 +370,7 @@ impl RdmaSide {
                     serde_json::json!({
                         "qpn": q, "rate_bps": s.rate_bps, "target_bps": s.target_bps,
                         "alpha": s.alpha, "cuts": s.cuts,
+                        "rtt_ns": s.rtt.map(|d| d.as_nanos()), "rtt_samples": s.rtt_samples,
                     })
                 })
                 .collect();
@@ -386,8 +387,12 @@ impl RdmaSide {
             c.cc_rate_cuts
         );
         for (q, s) in rates {
+            let rtt = match s.rtt {
+                Some(d) => format!("{:.1} us ({} samples)", d.as_nanos() as f64 / 1e3, s.rtt_samples),
+                None => "not measured".into(),
+            };
             println!(
-                "   QP 0x{q:06x}: rate {:.3} Gb/s, target {:.3} Gb/s, alpha {:.3}, cuts {}",
+                "   QP 0x{q:06x}: rate {:.3} Gb/s, target {:.3} Gb/s, alpha {:.3}, cuts {}, RTT {rtt}",
                 s.rate_bps as f64 / 1e9,
                 s.target_bps as f64 / 1e9,
                 s.alpha,

@@ -6,6 +6,7 @@
 //! - [`NotificationPoint`]: the receiver side of one QP: which CE-marked
 //!   packets are answered with a CNP.
 //! - [`Pacer`]: turns a rate into departure times, packet by packet.
+//! - [`RttProbe`]: the round-trip time of a QP's requests, Karn's rule.
 //! - [`DcqcnParams`]: every knob, with the named sets `paper`, `nvidia`
 //!   (firmware defaults) and `hpcc` (the simulator baseline) and overrides
 //!   by name; [`CcAlgorithm`] picks none or DCQCN from a string.
@@ -13,6 +14,7 @@
 mod dcqcn;
 mod pacer;
 mod params;
+mod rtt;
 
 use core::fmt;
 use core::str::FromStr;
@@ -20,6 +22,7 @@ use core::str::FromStr;
 pub use dcqcn::{Dcqcn, NotificationPoint, Stage};
 pub use pacer::Pacer;
 pub use params::{ClampRule, DcqcnParams, Fraction, HyperIncrease, Reaction};
+pub use rtt::RttProbe;
 
 /// What went wrong choosing or configuring congestion control.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
