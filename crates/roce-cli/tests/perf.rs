@@ -397,8 +397,10 @@ fn a_silent_server_times_out() {
 fn a_frozen_peer_mid_run_times_out() {
     use std::io::BufRead;
     for (test, freeze_client) in [("write-bw", true), ("write-bw", false), ("send-lat", true)] {
-        let (tcp, u1) = (free_tcp_port().to_string(), free_udp_port().to_string());
-        let srv = ["perf", test, "-p", &tcp, "--udp-port", &u1, "--bind", "127.0.0.1", "-D", "60"];
+        // Both ends take a UDP port from the kernel (a port picked free
+        // beforehand can be taken by a parallel test before the server binds).
+        let tcp = free_tcp_port().to_string();
+        let srv = ["perf", test, "-p", &tcp, "--udp-port", "0", "--bind", "127.0.0.1", "-D", "60"];
         let mut server = Command::new(env!("CARGO_BIN_EXE_roce"))
             .args(srv)
             .args(["--timeout", "2"])
@@ -415,10 +417,16 @@ fn a_frozen_peer_mid_run_times_out() {
             .unwrap();
         // Freeze one end once both have exchanged their addresses.
         let mut lines = std::io::BufReader::new(client.stdout.take().unwrap()).lines();
-        assert!(
-            lines.by_ref().map_while(|l| l.ok()).any(|l| l.starts_with(" remote address:")),
-            "{test}: the client never connected"
-        );
+        if !lines.by_ref().map_while(|l| l.ok()).any(|l| l.starts_with(" remote address:")) {
+            let _ = server.kill();
+            let _ = client.kill();
+            let (s, c) = (server.wait_with_output().unwrap(), client.wait_with_output().unwrap());
+            panic!(
+                "{test}: the client never connected\nserver: {}\nclient: {}",
+                String::from_utf8_lossy(&s.stderr),
+                String::from_utf8_lossy(&c.stderr)
+            );
+        }
         std::thread::sleep(Duration::from_millis(300));
         let (frozen, live) =
             if freeze_client { (&mut client, &mut server) } else { (&mut server, &mut client) };
