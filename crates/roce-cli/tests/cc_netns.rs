@@ -7,7 +7,9 @@
 //! * DCQCN on (`--cc dcqcn`): the kernel marks CE, the servers answer with
 //!   CNPs, the clients cut their rates and pace, the two flows split the
 //!   bottleneck fairly, and once the rates have come down the bottleneck
-//!   drops nothing, or at least ten times less than without.
+//!   drops nothing, or at least ten times less than without. dumpcap
+//!   records the CNPs as they reach the senders' veth, and the oracle
+//!   judges every one of them.
 //! * Off: the same run overflows the bottleneck (tbf drops) and RC
 //!   retransmits.
 //!
@@ -29,6 +31,7 @@
 //! Needs root and `ip`, `tc`, `nft`; skips with the reason otherwise (CI
 //! has them).
 
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -79,6 +82,27 @@ struct Net {
     dev: String,
 }
 
+/// A running dumpcap (`Net::capture_cnps`).
+struct Capture {
+    child: Child,
+    rest: std::thread::JoinHandle<String>,
+}
+
+impl Capture {
+    /// SIGINT: dumpcap writes out what it has and exits; returns its totals.
+    fn stop(mut self) -> String {
+        assert!(Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let status = self.child.wait().unwrap();
+        let said = self.rest.join().unwrap();
+        assert!(status.success(), "dumpcap failed ({status}):\n{said}");
+        said
+    }
+}
+
 impl Net {
     fn create(tag: &str) -> Result<Net, String> {
         let id = std::process::id() % 100_000;
@@ -98,6 +122,10 @@ impl Net {
             sh(&["ip", "-n", ns, "link", "set", dev, "up"])?;
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"])?;
         }
+        // The receivers' datagrams are segmented before the veth, as before
+        // a NIC's wire: a UDP GSO batch (a CNP and an ACK, say) would
+        // otherwise cross the veth, and show in a capture, as one datagram.
+        sh(&["ip", "-n", &r, "link", "set", &vr, "gso_max_segs", "1"])?;
         sh(&[
             "ip", "netns", "exec", &s, "tc", "qdisc", "add", "dev", &vs, "root", "tbf", "rate", TBF_RATE,
             "burst", "32kb", "latency", "20ms",
@@ -117,6 +145,40 @@ impl Net {
         rule.extend_from_slice(&["ip", "ecn", "set", "ce", "counter"]);
         nft(&rule).map_err(|e| format!("nftables cannot set ECN ({e})"))?;
         Ok(net)
+    }
+
+    /// Starts recording the CNPs that reach the senders' veth (a real
+    /// interface; CNPs only, to keep it small) into `path` with dumpcap,
+    /// once it captures. `None` where dumpcap is missing (not under CI).
+    fn capture_cnps(&self, path: &Path) -> Option<Capture> {
+        use std::io::BufRead;
+        let filter = "udp dst port 4791 and udp[8] = 0x81";
+        let spawned = Command::new("ip")
+            .args(["netns", "exec", &self.s, "dumpcap", "-q", "-i", &self.dev, "-f", filter, "-w"])
+            .arg(path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = spawned.expect("ip netns exec runs");
+        // dumpcap says "Capturing on '<dev>'" once it captures; with -q
+        // nothing more until it ends.
+        let mut lines = std::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+        let mut said = String::new();
+        for line in lines.by_ref().map_while(|l| l.ok()) {
+            if line.starts_with("Capturing on") {
+                // The rest (its totals at the end) is read, so that its
+                // last words never meet a closed pipe.
+                let rest =
+                    std::thread::spawn(move || lines.map_while(|l| l.ok()).collect::<Vec<_>>().join("\n"));
+                return Some(Capture { child, rest });
+            }
+            said.push_str(&line);
+            said.push('\n');
+        }
+        let _ = child.wait();
+        assert!(std::env::var_os("CI").is_none(), "CI must capture the CNPs: dumpcap said:\n{said}");
+        eprintln!("SKIPPED the CNP capture: dumpcap did not start:\n{said}");
+        None
     }
 
     /// Packets the kernel marked CE.
@@ -243,6 +305,30 @@ fn run(net: &Net, cc: &[&str], pcap: Option<&str>) -> Run {
     Run { clients, servers, marked: net.marked(), tbf_dropped, tbf_dropped_late: tbf_dropped - dropped_early }
 }
 
+/// The oracle on the CNPs captured from the veth: every one a CNP with
+/// BECN set and a good ICRC, and no fault but the UDP checksum, which a
+/// veth never fills in (the kernel leaves it to a NIC's offload, so the
+/// capture holds the partial sum; tshark flags the same).
+fn check_tap_cnps(oracle: &Path, tap: &Path, cnp_sent: u64) {
+    let o = Command::new("python3").arg(oracle).arg("--json").arg(tap).output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("oracle output not JSON ({e}): {}", String::from_utf8_lossy(&o.stderr)));
+    let packets = v["packets"].as_array().expect("the oracle's packets");
+    eprintln!("CNPs captured on the veth: {} (servers sent {cnp_sent}): {}", packets.len(), v["summary"]);
+    assert!(!packets.is_empty() && packets.len() as u64 <= cnp_sent, "{}", v["summary"]);
+    for p in packets {
+        assert_eq!((p["opcode_name"].as_str(), p["becn"].as_u64()), (Some("CNP"), Some(1)), "{p}");
+        assert_eq!(p["icrc"]["ok"].as_bool(), Some(true), "{p}");
+        assert_eq!(p["payload_len"].as_u64(), Some(0), "{p}");
+        for f in p["failures"].as_array().expect("failures") {
+            assert!(matches!(f["kind"].as_str(), Some("udp_checksum" | "tshark_expert_error")), "{p}");
+        }
+        for e in p["tshark"]["experts"].as_array().into_iter().flatten() {
+            assert_eq!(e["group"].as_str(), Some("Checksum"), "{p}");
+        }
+    }
+}
+
 fn jain(x: &[f64]) -> f64 {
     let s: f64 = x.iter().sum();
     let q: f64 = x.iter().map(|v| v * v).sum();
@@ -262,7 +348,12 @@ fn dcqcn_paces_two_flows_through_a_marking_bottleneck() {
     let dir = std::env::temp_dir().join(format!("roce-cc-netns-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let pcap = dir.join("server.pcap");
+    let tap = dir.join("cnps.pcap");
+    let dumpcap = net.capture_cnps(&tap);
     let on = run(&net, DCQCN, pcap.to_str());
+    if let Some(d) = dumpcap {
+        eprintln!("dumpcap: {}", d.stop().replace('\n', "; "));
+    }
     let bw: Vec<f64> = on.clients.iter().map(|c| c.0).collect();
     let cnp_sent: u64 = on.servers.iter().map(|s| counter(s, "cnp_sent")).sum();
     let cnp_rcvd: u64 = on.clients.iter().map(|c| counter(&c.1, "cnp_rcvd")).sum();
@@ -301,6 +392,9 @@ fn dcqcn_paces_two_flows_through_a_marking_bottleneck() {
         eprintln!("{}", out.lines().take(6).collect::<Vec<_>>().join("\n"));
         assert!(o.status.success() && out.contains(" 0 failed") && out.contains("bad 0"), "{out}");
         assert!(out.contains("CNP"), "no CNP in the capture:\n{out}");
+        if tap.exists() {
+            check_tap_cnps(&check, &tap, cnp_sent);
+        }
     }
     let _ = std::fs::remove_dir_all(&dir);
 

@@ -1194,11 +1194,14 @@ impl QpEntry {
         }
         let len = r.ok().flatten()?;
         if let Some(rate) = &mut self.rate {
-            let wire = len as u64 + limits::WIRE_OVERHEAD;
+            // What the packet will cost on the wire, sealed if the QP is
+            // protected (`finish` seals it after this).
+            let seal = if self.crypto.is_some() { crate::crypto::OVERHEAD } else { 0 };
+            let wire = (len + seal) as u64 + limits::wire_overhead(self.core.av().dgid);
             // A turn missed by at most `pacing_slack` is caught up (the
             // pacer was ready, so its turn is not after `now`).
             let floor = Instant(now.as_nanos().saturating_sub(res.cfg.pacing_slack.as_nanos()));
-            rate.pacer.on_send(floor.max(rate.pacer.next_send()), wire, rate.dcqcn.rate_bps());
+            rate.pacer.on_send(floor, wire, rate.dcqcn.rate_bps());
             rate.dcqcn.on_bytes_sent(wire, now);
             rate.settle(res, &mut self.core.timers);
             let bth = roce_wire::bth::Bth::new_unchecked(&buf[..len]);

@@ -48,6 +48,27 @@ pub const UDP_SPORT_MASK: u16 = 0x3fff;
 /// 100 Gb/s, a common RoCE NIC port.
 pub const LINE_RATE_BPS: u64 = 100_000_000_000;
 
-/// Bytes a datagram costs on an Ethernet wire beyond its UDP payload
-/// (Ethernet header 14, FCS 4, IPv4 20, UDP 8): what pacing counts.
-pub const WIRE_OVERHEAD: u64 = 14 + 4 + 20 + 8;
+/// Ethernet's bytes around a frame's payload: header 14, FCS 4.
+const ETHERNET_OVERHEAD: usize = roce_wire::ethernet::HEADER_LEN + 4;
+
+/// Bytes a datagram to `dst` costs on an Ethernet wire beyond its UDP
+/// payload (Ethernet header and FCS, the IP header of `dst`'s family, UDP):
+/// what pacing counts.
+pub fn wire_overhead(dst: std::net::IpAddr) -> u64 {
+    let ip =
+        if dst.to_canonical().is_ipv4() { roce_wire::ipv4::HEADER_LEN } else { roce_wire::ipv6::HEADER_LEN };
+    (ETHERNET_OVERHEAD + ip + roce_wire::udp::HEADER_LEN) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wire_overhead_follows_the_ip_family() {
+        let v4: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let mapped: std::net::IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let v6: std::net::IpAddr = "fd00::1".parse().unwrap();
+        assert_eq!(super::wire_overhead(v4), 46);
+        assert_eq!(super::wire_overhead(mapped), 46);
+        assert_eq!(super::wire_overhead(v6), 66);
+    }
+}

@@ -24,9 +24,6 @@ const PMAX_PERCENT: u64 = 20;
 const BUFFER: u64 = 2_000_000;
 /// Propagation delay each way.
 const DELAY: Duration = Duration::from_micros(2);
-/// Bytes on the wire per datagram beyond the UDP payload (Ethernet, FCS,
-/// IPv4, UDP).
-const OVERHEAD: u64 = 14 + 4 + 20 + 8;
 const MSG: u32 = 65536;
 /// WRITEs each QP keeps outstanding: 2 MiB, the send window.
 const DEPTH: u64 = 32;
@@ -64,7 +61,7 @@ impl Link {
 }
 
 fn wire_ns(len: usize) -> u64 {
-    ((len as u64 + OVERHEAD) * 8 * 1_000_000_000).div_ceil(LINK_BPS)
+    ((len as u64 + limits::wire_overhead(ip(B))) * 8 * 1_000_000_000).div_ceil(LINK_BPS)
 }
 
 struct Outcome {
@@ -103,7 +100,6 @@ fn run(cc: CcAlgorithm) -> Outcome {
     let mut to_a: VecDeque<(Instant, DatagramMeta, Vec<u8>)> = VecDeque::new();
     // Packets leaving the link towards B.
     let mut to_b: VecDeque<(Instant, DatagramMeta, Vec<u8>)> = VecDeque::new();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let mut late_bytes = [0u64; 2];
     let half = Instant::ZERO + Duration::from_nanos(RUN.as_nanos() / 2);
     let end = Instant::ZERO + RUN;
@@ -111,13 +107,11 @@ fn run(cc: CcAlgorithm) -> Outcome {
     while p.now < end {
         let now = p.now;
         // A's packets join the bottleneck queue.
-        while let Some(tx) = p.e[A].poll_transmit(now, &mut buf) {
-            let bytes = buf[..tx.len].to_vec();
+        for (mut meta, bytes) in p.take(A) {
             if link.queued + bytes.len() as u64 > BUFFER {
                 link.dropped += 1;
                 continue;
             }
-            let mut meta = tx.meta;
             if meta.ecn != 0 && link.mark() {
                 meta.ecn = 3;
                 link.marked += 1;
@@ -132,9 +126,7 @@ fn run(cc: CcAlgorithm) -> Outcome {
             link.max_queued_late = link.max_queued_late.max(link.queued);
         }
         // B's packets go straight back.
-        while let Some(tx) = p.e[B].poll_transmit(now, &mut buf) {
-            to_a.push_back((now + DELAY, tx.meta, buf[..tx.len].to_vec()));
-        }
+        to_a.extend(p.take(B).into_iter().map(|(m, b)| (now + DELAY, m, b)));
         // Completions keep eight WRITEs outstanding per QP.
         let n = p.e[A].poll_cq(p.cq[A], &mut wcs).unwrap();
         for w in &wcs[..n] {

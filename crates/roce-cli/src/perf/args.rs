@@ -162,7 +162,7 @@ pub struct PerfArgs {
     #[arg(long, value_name = "ALGORITHM", default_value = "none", value_parser = parse_cc)]
     pub cc: CcAlgorithm,
     /// Overrides one DCQCN parameter (repeatable), e.g. --cc-param
-    /// rate_reduce_monitor_period=50us.
+    /// rate_decrease_period=50us; an unknown name lists the known ones.
     #[arg(long = "cc-param", value_name = "KEY=VALUE", requires = "cc")]
     pub cc_param: Vec<String>,
     /// The line rate congestion control starts from and never exceeds,

@@ -32,7 +32,7 @@ pub enum CcError {
     UnknownAlgorithm(String),
     #[error("unknown DCQCN parameter set {0:?} (expected paper, nvidia or hpcc)")]
     UnknownSet(String),
-    #[error("unknown DCQCN parameter {0:?}")]
+    #[error("unknown DCQCN parameter {0:?} (known: {keys})", keys = DcqcnParams::KEYS.join(", "))]
     UnknownKey(String),
     #[error("DCQCN parameter {key}: cannot read {value:?}: {reason}")]
     BadValue { key: String, value: String, reason: &'static str },
