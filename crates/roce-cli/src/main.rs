@@ -4,6 +4,7 @@
 //! roce pcap decode FILE [--json] [--pmtu N] [--port P]
 //! roce perf {write,read,send,atomic}-{bw,lat} [SERVER | --loopback] [perftest options]
 //! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
+//! roce sim {hpcc,compare,baseline,run} ... (the fabric simulator)
 //! ```
 //!
 //! Each subcommand lives in its own module; this file only declares the
@@ -18,6 +19,7 @@ mod pcap_cmd;
 mod perf;
 mod ping;
 mod report;
+mod sim_cmd;
 mod soak_cmd;
 
 /// A user-space RoCEv2 / RDMA stack.
@@ -46,6 +48,12 @@ enum Command {
     },
     /// ibv_rc_pingpong over the UDP driver.
     Ping(ping::PingArgs),
+    /// The fabric simulator: HPCC runs, comparisons with the HPCC baseline,
+    /// TOML and built-in scenarios.
+    Sim {
+        #[command(subcommand)]
+        command: sim_cmd::SimCommand,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,5 +73,6 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak_cmd::run(&args),
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
+        Command::Sim { command } => sim_cmd::main(&command),
     }
 }

@@ -10,9 +10,19 @@
 //! Time is integer picoseconds and all randomness comes from the
 //! scenario's seed, so one seed gives one run, byte for byte.
 
+pub mod builtin;
+pub mod compare;
+mod deadlock;
+pub mod hpcc;
+pub mod plot;
+mod queue;
 pub mod report;
+mod routing;
 pub mod scenario;
 pub mod sim;
+pub mod summary;
+mod switch;
+pub mod toml_scenario;
 
 pub use report::{Counters, Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
 pub use scenario::*;

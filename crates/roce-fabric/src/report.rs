@@ -91,10 +91,16 @@ pub struct Counters {
     /// Data frames the hosts sent / received.
     pub host_tx_frames: u64,
     pub host_rx_frames: u64,
+    /// Wire bytes of the data frames hosts sent / received.
     pub host_tx_bytes: u64,
+    pub host_rx_bytes: u64,
+    /// Wire bytes of the data frames dropped anywhere.
+    pub dropped_bytes: u64,
     /// PFC frames sent (XOFF and XON).
     pub pfc_pause_sent: u64,
     pub pfc_resume_sent: u64,
+    /// XOFFs sent again before the last one ran out (with pause quanta).
+    pub pfc_refresh_sent: u64,
     /// Frames marked CE by switches.
     pub ecn_marked: u64,
     /// CNPs the hosts sent.
@@ -107,6 +113,8 @@ pub struct Counters {
     /// Frames the watchdog dropped, and times it fired.
     pub dropped_watchdog: u64,
     pub watchdog_fired: u64,
+    /// Frames a stalled NIC had no room for (sent to it despite its pause).
+    pub dropped_nic_rx: u64,
     /// Frames with no route.
     pub dropped_unroutable: u64,
     /// Datagrams the engines refused (ICRC, malformed).
@@ -128,6 +136,15 @@ pub struct Report {
     pub ending: Option<Ending>,
     /// Simulated time at the end.
     pub end_ps: Time,
+    /// Wire bytes of the data frames still in the fabric at the end: in
+    /// NIC and switch queues, on links, in a stalled NIC's buffer.
+    /// Conservation: `host_tx_bytes = host_rx_bytes + dropped_bytes +
+    /// bytes_in_fabric`.
+    pub bytes_in_fabric: u64,
     /// Watchdog firings: (time, queue).
     pub watchdog_log: Vec<(Time, QueueRef)>,
+    /// Deadlocks the detector confirmed while a watchdog was on (the run
+    /// goes on): (time, cycle). Without a watchdog the first one ends the
+    /// run ([`Ending::Deadlock`]).
+    pub deadlocks: Vec<(Time, Vec<QueueRef>)>,
 }

@@ -18,6 +18,19 @@ pub const PS_PER_US: Time = 1_000_000;
 pub const PS_PER_MS: Time = 1_000_000_000;
 pub const PS_PER_S: Time = 1_000_000_000_000;
 
+/// Time to put `wire_bytes` on a link of `rate_bps`: bytes x 8 / rate,
+/// rounded down to the picosecond (exact for the usual rates: 100 Gb/s is
+/// 80 ps a byte, 400 Gb/s 20 ps).
+pub fn serialisation_ps(wire_bytes: u64, rate_bps: u64) -> Time {
+    ((wire_bytes as u128 * 8 * PS_PER_S as u128) / rate_bps as u128) as Time
+}
+
+/// One PFC pause quantum: 512 bit times at `rate_bps` (IEEE 802.1Qbb),
+/// rounded down to the picosecond (5.12 ns at 100 Gb/s).
+pub fn pause_quantum_ps(rate_bps: u64) -> Time {
+    ((512 * PS_PER_S as u128) / rate_bps as u128) as Time
+}
+
 /// Index of a node (host or switch) in [`Scenario::nodes`].
 pub type NodeId = usize;
 
@@ -175,6 +188,14 @@ pub struct SwitchConfig {
     pub ecn_enabled: bool,
     pub ecn: Vec<EcnRule>,
     pub scheduling: Scheduling,
+    /// The pause time an XOFF carries, in quanta of 512 bit times at the
+    /// receiving link's rate (IEEE 802.1Qbb); the receiver resumes by
+    /// itself when it runs out, so the sender refreshes the XOFF every
+    /// half of it while the congestion lasts, and an XON (0 quanta) ends
+    /// the pause early. `None`: XOFF/XON only, the pause time not used as
+    /// a timer (the HPCC simulator's model).
+    #[serde(default)]
+    pub pause_quanta: Option<u16>,
 }
 
 /// The host NIC: the roce-proto engine behind a line-rate port with one
@@ -195,15 +216,22 @@ pub struct NicConfig {
     /// Messages a flow is cut into (bytes): the work requests it posts,
     /// each from the same small reused region.
     pub chunk_bytes: u32,
+    /// Most request PSNs a QP has unacknowledged (its send window); the
+    /// IBTA allows up to 2^23. HPCC's NIC has no window (`HAS_WIN 0`).
+    #[serde(default = "default_window")]
+    pub max_unacked_psns: u32,
     /// Receive buffer of the NIC when it stops draining (a storm source):
     /// it pauses its switch when this many bytes are waiting.
     pub rx_xoff_bytes: u64,
 }
 
-/// A PFC watchdog (switch vendors' storm protection): an egress queue that
-/// has been paused continuously for `timeout_ps` with frames waiting stops
-/// honouring the pause and drops what it holds and what arrives for it,
-/// until it has been unpaused for `restore_ps`. Drops are counted.
+/// A PFC watchdog (switch vendors' storm protection): a switch egress
+/// queue that has been paused continuously for `timeout_ps` with frames
+/// waiting is flushed (its frames dropped and counted) and then stops
+/// honouring pauses, forwarding what arrives for it, until its peer has
+/// not paused it for `restore_ps`. A receiver that really cannot take the
+/// frames (a stalled NIC) drops them; a cycle of paused queues (a
+/// deadlock) drains.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WatchdogConfig {
     pub timeout_ps: Time,
@@ -216,12 +244,20 @@ pub struct WatchdogConfig {
 pub enum EventKind {
     /// Link `link` (index in [`Scenario::links`]) goes down: frames on it
     /// and sent into it are lost until it comes up.
-    LinkDown { link: usize },
-    LinkUp { link: usize },
+    LinkDown {
+        link: usize,
+    },
+    LinkUp {
+        link: usize,
+    },
     /// Host `host`'s NIC stops draining what it receives (a stuck
     /// receiver: its buffer fills and it keeps pausing its switch).
-    NicStall { host: NodeId },
-    NicResume { host: NodeId },
+    NicStall {
+        host: NodeId,
+    },
+    NicResume {
+        host: NodeId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -287,7 +323,11 @@ impl SwitchConfig {
             buffer_bytes: 32 * 1024 * 1024,
             reserve_bytes: 4 * 1024,
             headroom_rtts: 3.0,
-            pfc: PfcThreshold::Dynamic { base_shift: 3, base_rate_bps: 100_000_000_000, resume_offset: 3 * 1024 },
+            pfc: PfcThreshold::Dynamic {
+                base_shift: 3,
+                base_rate_bps: 100_000_000_000,
+                resume_offset: 3 * 1024,
+            },
             lossless_mask: 1 << 3,
             pfc_enabled: true,
             ecn_enabled: true,
@@ -296,8 +336,13 @@ impl SwitchConfig {
                 EcnRule { rate_bps: 400_000_000_000, kmin: 1_600_000, kmax: 6_400_000, pmax: 0.2 },
             ],
             scheduling: Scheduling::Strict,
+            pause_quanta: None,
         }
     }
+}
+
+fn default_window() -> u32 {
+    1 << 22
 }
 
 impl NicConfig {
@@ -312,6 +357,7 @@ impl NicConfig {
             ack_priority: Some(7),
             chunk_bytes: 64 * 1024,
             rx_xoff_bytes: 64 * 1024,
+            max_unacked_psns: default_window(),
         }
     }
 }

@@ -1,13 +1,45 @@
-//! The event loop (being written).
+//! The event loop: ports that serialise frames onto links, switches that
+//! queue and forward them, hosts whose NIC runs the `roce-proto` engine.
+//!
+//! Events are totally ordered by (time, sequence number); time is integer
+//! picoseconds. The engine sees nanoseconds: `now / 1000`, rounded down,
+//! and its deadlines (whole nanoseconds) are scheduled exactly. A frame's
+//! serialisation takes `wire bytes x 8 / rate`, rounded down to the
+//! picosecond (exact for every common rate); it reaches the far end of its
+//! link a propagation delay after its last bit left (store and forward).
+//!
+//! All randomness (link loss, ECN marking, the engines' identifiers) comes
+//! from the scenario's seed: one seed, one run.
 
-use crate::report::Report;
-use crate::scenario::{Scenario, Time};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr};
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{RngCore, SeedableRng};
+use roce_proto::cc::{CcAlgorithm, DcqcnParams};
+use roce_proto::config::CnpConfig;
+use roce_proto::{
+    Access, AddressVector, ConnectAttr, CqId, DatagramMeta, Engine, EngineConfig, IcrcCheck, Instant, MemBuf,
+    MrKeys, MrSpec, PathMtu, PdId, QpCap, QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, Wc, WcOpcode,
+    WcStatus, MAX_DATAGRAM,
+};
+
+use crate::queue::EventQueue;
+use crate::report::{Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
+use crate::routing::{flow_hash, Adjacency, Routes};
+use crate::scenario::{
+    pause_quantum_ps, serialisation_ps, EventKind, FlowOp, NodeId, NodeKind, Scenario, Scheduling, Time,
+    PRIORITIES, PS_PER_NS, PS_PER_S,
+};
+use crate::switch::Mmu;
 
 /// Why a scenario cannot be run.
 #[derive(Debug, thiserror::Error)]
 pub enum FabricError {
     #[error("invalid scenario: {0}")]
     Invalid(String),
+    #[error("engine of host {host}: {what}")]
+    Engine { host: NodeId, what: String },
 }
 
 /// Told how far a run has got, now and then (for a progress bar).
@@ -16,8 +48,1380 @@ pub trait Progress {
     fn update(&mut self, now: Time, done: usize, total: usize);
 }
 
+/// Work requests a flow keeps posted at once: enough that the whole of
+/// any usual flow is posted at its start (HPCC's NIC has no window; the
+/// engine's send window is `NicConfig::max_unacked_psns`).
+const FLOW_WINDOW: u64 = 1 << 13;
+/// ACK timeout code of the flows' QPs (4.096 us x 2^12 = 16.8 ms).
+const ACK_TIMEOUT: u8 = 12;
+/// Bytes of frames a NIC takes from its engine ahead of the wire (the
+/// frames waiting for a paused priority count).
+const NIC_QUEUE_CAP: u64 = 256 * 1024;
+/// RoCEv2 opcodes the NIC sends at the ACK priority.
+const OPCODE_ACK: u8 = 0x11;
+const OPCODE_CNP: u8 = 0x81;
+/// Events between progress reports.
+const PROGRESS_EVERY: u64 = 1 << 16;
+
+/// A frame on a port, a link or in a queue.
+struct Frame {
+    /// PFC frame: `Some((priority, quanta))` (0 quanta: XON); data
+    /// otherwise.
+    pfc: Option<(u8, u16)>,
+    prio: u8,
+    /// Bytes on the wire.
+    wire: u32,
+    /// Data: destination host, source and destination IPv4, ports, hash.
+    dst_host: NodeId,
+    src_ip: u32,
+    dst_ip: u32,
+    sport: u16,
+    dport: u16,
+    hash: u32,
+    /// ECN codepoint of the IP header (3 = CE).
+    ecn: u8,
+    /// Ingress port at the switch holding it (for the buffer accounting).
+    in_port: usize,
+    /// The RoCEv2 datagram (UDP payload).
+    buf: Vec<u8>,
+    len: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    TxDone(u32),
+    /// The first frame on port's link reaches the peer.
+    Arrive(u32),
+    HostTimer(u32),
+    FlowStart(u32),
+    Scripted(u32),
+    WatchdogCheck(u32, u8, u32),
+    WatchdogRestore(u32, u8, u32),
+    /// A pause received on (port, priority) runs out, unless refreshed
+    /// since (epoch).
+    PauseExpire(u32, u8, u32),
+    /// Port's node refreshes its XOFF on a priority if still congested.
+    PauseRefresh(u32, u8),
+    Sample,
+    DeadlockCheck,
+}
+
+impl Ev {
+    fn periodic(self) -> bool {
+        matches!(self, Ev::Sample | Ev::DeadlockCheck)
+    }
+}
+
+/// One side of a link.
+pub(crate) struct Port {
+    pub node: NodeId,
+    /// 1-based number within its node.
+    pub number: u32,
+    pub peer: usize,
+    link: usize,
+    rate_bps: u64,
+    ps_per_byte: Option<u64>,
+    delay: Time,
+    loss: f64,
+    busy: bool,
+    /// Frames on the wire towards the peer, with their arrival times (in
+    /// order: one sender, one delay). Only the first is an event.
+    in_flight: VecDeque<(Time, u32)>,
+    ctrl: VecDeque<u32>,
+    pub queues: [VecDeque<u32>; PRIORITIES],
+    pub qbytes: [u64; PRIORITIES],
+    /// Priorities the peer has paused (bit mask).
+    pub paused: u8,
+    pause_epoch: [u32; PRIORITIES],
+    /// Priorities whose queue the watchdog is dropping.
+    pub wd_active: u8,
+    /// Frames sent per priority (progress, for the deadlock detector).
+    pub sent: [u64; PRIORITIES],
+    deficit: [i64; PRIORITIES],
+    rr_next: usize,
+}
+
+impl Port {
+    fn ser(&self, wire: u32) -> Time {
+        match self.ps_per_byte {
+            Some(p) => wire as u64 * p,
+            None => serialisation_ps(wire as u64, self.rate_bps),
+        }
+    }
+    fn total_bytes(&self) -> u64 {
+        self.qbytes.iter().sum()
+    }
+}
+
+struct Host {
+    port: usize,
+    pd: PdId,
+    engine: Engine,
+    cq: CqId,
+    src: MrKeys,
+    dst: MrKeys,
+    timer_at: Option<Time>,
+    /// Bytes waiting in the NIC's egress queues.
+    nic_queued: u64,
+    stalled: bool,
+    rx_backlog: VecDeque<u32>,
+    rx_bytes: u64,
+    xoff_sent: bool,
+    /// QPN -> flow.
+    qp_flow: HashMap<u32, usize>,
+    /// Flows sent from here whose UDP source port is not yet known.
+    sports_unknown: usize,
+}
+
+#[derive(Default, Clone)]
+struct FlowState {
+    src_qpn: u32,
+    dst_qpn: u32,
+    wrs: u64,
+    posted: u64,
+    completed: u64,
+    recvs_posted: u64,
+    recvs_done: u64,
+    started: bool,
+    done: bool,
+    sport: u16,
+}
+
+/// A host's IPv4 address: 11.0.0.1 + (node << 8), the HPCC simulator's.
+pub fn host_ip(node: NodeId) -> u32 {
+    0x0b00_0001 + ((node as u32) << 8)
+}
+
+fn ip_node(ip: u32) -> NodeId {
+    ((ip >> 8) & 0xffff) as NodeId
+}
+
+/// The simulator state.
+pub(crate) struct Sim<'a> {
+    scn: &'a Scenario,
+    now: Time,
+    heap: EventQueue<Ev>,
+    /// Flows in order of start; the next to start is queued.
+    start_order: Vec<usize>,
+    next_start: usize,
+    real_pending: usize,
+    pub ports: Vec<Port>,
+    /// Global index of each node's first port.
+    pub first_port: Vec<usize>,
+    frames: Vec<Option<Frame>>,
+    free_frames: Vec<u32>,
+    bufs: Vec<Vec<u8>>,
+    pub mmu: Vec<Option<Mmu>>,
+    hosts: Vec<Option<Host>>,
+    routes: Routes,
+    flows: Vec<FlowState>,
+    flows_done: usize,
+    report: Report,
+    rng: ChaCha8Rng,
+    link_up: Vec<bool>,
+    wc: Vec<Wc>,
+    /// Queues in a suspected deadlock cycle at the last check, with their
+    /// sent counters.
+    deadlock_suspect: Option<Vec<(QueueRef, u64)>>,
+    ending: Option<Ending>,
+}
+
 /// Runs a scenario to its end.
 pub fn simulate(scn: &Scenario, progress: Option<&mut dyn Progress>) -> Result<Report, FabricError> {
-    let _ = (scn, progress);
-    Err(FabricError::Invalid("not yet".into()))
+    let mut sim = Sim::new(scn)?;
+    sim.run(progress);
+    Ok(sim.finish())
+}
+
+fn validate(scn: &Scenario) -> Result<(), FabricError> {
+    let bad = |s: String| Err(FabricError::Invalid(s));
+    let n = scn.nodes.len();
+    for (i, l) in scn.links.iter().enumerate() {
+        if l.a >= n || l.b >= n || l.a == l.b {
+            return bad(format!("link {i} joins nodes {} and {}", l.a, l.b));
+        }
+        if l.rate_bps == 0 {
+            return bad(format!("link {i} has rate 0"));
+        }
+        if !(0.0..=1.0).contains(&l.loss) {
+            return bad(format!("link {i} has loss {}", l.loss));
+        }
+    }
+    let adj = Adjacency::new(scn);
+    for h in scn.hosts() {
+        if adj.ports[h].len() != 1 {
+            return bad(format!(
+                "host {} has {} links (a host has one NIC port)",
+                scn.nodes[h].name,
+                adj.ports[h].len()
+            ));
+        }
+    }
+    for (i, f) in scn.flows.iter().enumerate() {
+        let is_host = |x: NodeId| x < n && scn.nodes[x].kind == NodeKind::Host;
+        if !is_host(f.src) || !is_host(f.dst) || f.src == f.dst {
+            return bad(format!("flow {i} from node {} to node {}: needs two different hosts", f.src, f.dst));
+        }
+        if f.priority as usize >= PRIORITIES {
+            return bad(format!("flow {i} has priority {}", f.priority));
+        }
+        if f.size == 0 {
+            return bad(format!("flow {i} has size 0"));
+        }
+    }
+    if n > 0xffff {
+        return bad(format!("{n} nodes: at most 65535"));
+    }
+    if PathMtu::from_bytes(scn.nic.mtu as usize).is_none() {
+        return bad(format!("NIC MTU {} is not an IB MTU (256..4096)", scn.nic.mtu));
+    }
+    if scn.nic.chunk_bytes == 0 {
+        return bad("NIC chunk size 0".into());
+    }
+    if let Some(p) = scn.nic.ack_priority {
+        if p as usize >= PRIORITIES {
+            return bad(format!("ACK priority {p}"));
+        }
+    }
+    for e in &scn.events {
+        match e.kind {
+            EventKind::LinkDown { link } | EventKind::LinkUp { link } if link >= scn.links.len() => {
+                return bad(format!("event names link {link}"))
+            }
+            EventKind::NicStall { host } | EventKind::NicResume { host }
+                if host >= n || scn.nodes[host].kind != NodeKind::Host =>
+            {
+                return bad(format!("event names host {host}"))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn cc_of(scn: &Scenario, rate: u64) -> Result<(CcAlgorithm, CnpConfig), FabricError> {
+    let nic = &scn.nic;
+    match nic.cc.as_str() {
+        "none" => Ok((CcAlgorithm::None, CnpConfig::default())),
+        "dcqcn" => {
+            let mut p = if nic.dcqcn_set.eq_ignore_ascii_case("hpcc") {
+                DcqcnParams::hpcc_at(rate)
+            } else {
+                DcqcnParams::named(&nic.dcqcn_set)
+                    .map_err(|e| FabricError::Invalid(format!("DCQCN set: {e}")))?
+            };
+            for kv in &nic.dcqcn_params {
+                p.set_kv(kv).map_err(|e| FabricError::Invalid(format!("DCQCN parameter {kv}: {e}")))?;
+            }
+            p.validate().map_err(|e| FabricError::Invalid(format!("DCQCN parameters: {e}")))?;
+            let cnp =
+                CnpConfig { enabled: true, min_interval: p.min_time_between_cnps, dscp: Some(p.cnp_dscp) };
+            Ok((CcAlgorithm::Dcqcn(p), cnp))
+        }
+        other => Err(FabricError::Invalid(format!("congestion control {other:?}: none or dcqcn"))),
+    }
+}
+
+impl<'a> Sim<'a> {
+    fn new(scn: &'a Scenario) -> Result<Sim<'a>, FabricError> {
+        validate(scn)?;
+        let adj = Adjacency::new(scn);
+        let routes = Routes::build(scn, &adj).map_err(FabricError::Invalid)?;
+        let mut ports = Vec::new();
+        let mut first_port = Vec::with_capacity(scn.nodes.len());
+        for (node, plist) in adj.ports.iter().enumerate() {
+            first_port.push(ports.len());
+            for (k, &(_, link)) in plist.iter().enumerate() {
+                let l = &scn.links[link];
+                let exact = (8 * PS_PER_S) % l.rate_bps == 0;
+                ports.push(Port {
+                    node,
+                    number: k as u32 + 1,
+                    peer: usize::MAX,
+                    link,
+                    rate_bps: l.rate_bps,
+                    ps_per_byte: exact.then(|| 8 * PS_PER_S / l.rate_bps),
+                    delay: l.delay_ps,
+                    loss: l.loss,
+                    busy: false,
+                    in_flight: VecDeque::new(),
+                    ctrl: VecDeque::new(),
+                    queues: Default::default(),
+                    qbytes: [0; PRIORITIES],
+                    paused: 0,
+                    pause_epoch: [0; PRIORITIES],
+                    wd_active: 0,
+                    sent: [0; PRIORITIES],
+                    deficit: [0; PRIORITIES],
+                    rr_next: 0,
+                });
+            }
+        }
+        // Peers: the port at the other end of the same link.
+        let mut by_link: Vec<Vec<usize>> = vec![Vec::new(); scn.links.len()];
+        for (i, p) in ports.iter().enumerate() {
+            by_link[p.link].push(i);
+        }
+        for ends in &by_link {
+            let (x, y) = (ends[0], ends[1]);
+            ports[x].peer = y;
+            ports[y].peer = x;
+        }
+        let mut mmu = Vec::with_capacity(scn.nodes.len());
+        for (node, spec) in scn.nodes.iter().enumerate() {
+            mmu.push(match spec.kind {
+                NodeKind::Switch => Some(Mmu::new(
+                    &scn.switch,
+                    &ports[first_port[node]..first_port[node] + adj.ports[node].len()]
+                        .iter()
+                        .map(|p| (p.rate_bps, p.delay))
+                        .collect::<Vec<_>>(),
+                    scn.framing.data_wire_len(MAX_DATAGRAM + 28) as u64,
+                )),
+                NodeKind::Host => None,
+            });
+        }
+        let mut sim = Sim {
+            scn,
+            now: 0,
+            heap: EventQueue::default(),
+            start_order: Vec::new(),
+            next_start: 0,
+            real_pending: 0,
+            ports,
+            first_port,
+            frames: Vec::new(),
+            free_frames: Vec::new(),
+            bufs: Vec::new(),
+            mmu,
+            hosts: Vec::new(),
+            routes,
+            flows: vec![FlowState::default(); scn.flows.len()],
+            flows_done: 0,
+            report: Report::default(),
+            rng: ChaCha8Rng::seed_from_u64(scn.seed),
+            link_up: vec![true; scn.links.len()],
+            wc: vec![Wc::EMPTY; 64],
+            deadlock_suspect: None,
+            ending: None,
+        };
+        sim.make_hosts()?;
+        sim.make_flows()?;
+        for (i, e) in scn.events.iter().enumerate() {
+            sim.push(e.at_ps, Ev::Scripted(i as u32));
+        }
+        if scn.monitor.interval_ps > 0 {
+            sim.push(0, Ev::Sample);
+        }
+        if scn.deadlock_check_ps > 0 {
+            sim.push(scn.deadlock_check_ps, Ev::DeadlockCheck);
+        }
+        Ok(sim)
+    }
+
+    fn make_hosts(&mut self) -> Result<(), FabricError> {
+        let scn = self.scn;
+        self.hosts = (0..scn.nodes.len()).map(|_| None).collect();
+        let chunk = scn.nic.chunk_bytes as usize;
+        for node in scn.hosts().collect::<Vec<_>>() {
+            let port = self.first_port[node];
+            let rate = self.ports[port].rate_bps;
+            let ip = host_ip(node);
+            let mut cfg = EngineConfig::new(vec![IpAddr::V4(Ipv4Addr::from(ip))]);
+            let (cc, cnp) = cc_of(scn, rate)?;
+            cfg.cc = cc;
+            cfg.cnp = cnp;
+            cfg.line_rate_bps = rate;
+            cfg.ecn = true;
+            cfg.max_unacked_psns = scn.nic.max_unacked_psns;
+            let err = |what: String| FabricError::Engine { host: node, what };
+            let seed = scn.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (node as u64);
+            let mut engine = Engine::new(cfg, seed);
+            let pd: PdId = engine.alloc_pd();
+            let cq = engine.create_cq(1 << 16).map_err(|e| err(e.to_string()))?;
+            let reg = |engine: &mut Engine| {
+                engine.reg_mr(
+                    pd,
+                    MrSpec {
+                        buf: MemBuf::new(chunk),
+                        offset: 0,
+                        length: chunk,
+                        iova: None,
+                        access: Access::ALL,
+                    },
+                )
+            };
+            let src = reg(&mut engine).map_err(|e| err(e.to_string()))?;
+            let dst = reg(&mut engine).map_err(|e| err(e.to_string()))?;
+            self.hosts[node] = Some(Host {
+                port,
+                pd,
+                engine,
+                cq,
+                src,
+                dst,
+                timer_at: None,
+                nic_queued: 0,
+                stalled: false,
+                rx_backlog: VecDeque::new(),
+                rx_bytes: 0,
+                xoff_sent: false,
+                qp_flow: HashMap::new(),
+                sports_unknown: 0,
+            });
+        }
+        Ok(())
+    }
+
+    fn make_flows(&mut self) -> Result<(), FabricError> {
+        let scn = self.scn;
+        let mtu = PathMtu::from_bytes(scn.nic.mtu as usize).expect("validated");
+        let chunk = scn.nic.chunk_bytes as u64;
+        for (i, f) in scn.flows.iter().enumerate() {
+            let mut qpn = [0u32; 2];
+            let mut psn = [roce_wire::Psn::ZERO; 2];
+            for (side, node) in [f.src, f.dst].into_iter().enumerate() {
+                let h = self.hosts[node].as_mut().expect("flow ends are hosts");
+                let init = QpInitAttr {
+                    qp_type: QpType::Rc,
+                    pd: h.pd,
+                    send_cq: h.cq,
+                    recv_cq: h.cq,
+                    srq: None,
+                    cap: QpCap {
+                        max_send_wr: FLOW_WINDOW as u32,
+                        max_recv_wr: 2 * FLOW_WINDOW as u32,
+                        max_send_sge: 1,
+                        max_recv_sge: 1,
+                        max_inline_data: 0,
+                    },
+                    sq_sig_all: false,
+                };
+                qpn[side] = h
+                    .engine
+                    .create_qp(init)
+                    .map_err(|e| FabricError::Engine { host: node, what: format!("create_qp: {e}") })?;
+                psn[side] = h.engine.random_psn();
+                h.qp_flow.insert(qpn[side], i);
+                if side == 0 {
+                    h.sports_unknown += 1;
+                }
+            }
+            for (side, node) in [f.src, f.dst].into_iter().enumerate() {
+                let peer = [f.dst, f.src][side];
+                let mut av = AddressVector::new(IpAddr::V4(Ipv4Addr::from(host_ip(peer))));
+                av.traffic_class = f.priority << 5;
+                let mut c = ConnectAttr::new(av, qpn[1 - side], psn[1 - side], psn[side]);
+                c.mtu = mtu;
+                c.timeout = ACK_TIMEOUT;
+                let h = self.hosts[node].as_mut().expect("host");
+                h.engine
+                    .connect_qp(qpn[side], &c)
+                    .map_err(|e| FabricError::Engine { host: node, what: format!("connect_qp: {e}") })?;
+            }
+            let st = &mut self.flows[i];
+            st.src_qpn = qpn[0];
+            st.dst_qpn = qpn[1];
+            st.wrs = f.size.div_ceil(chunk);
+            if f.op == FlowOp::Send {
+                self.post_recvs(i);
+            }
+        }
+        let mut order: Vec<usize> = (0..scn.flows.len()).collect();
+        order.sort_by_key(|&i| scn.flows[i].start_ps);
+        if let Some(&first) = order.first() {
+            self.push(scn.flows[first].start_ps, Ev::FlowStart(first as u32));
+        }
+        self.start_order = order;
+        Ok(())
+    }
+
+    // ------------------------------------------------------------ events
+
+    fn push(&mut self, at: Time, ev: Ev) {
+        if !ev.periodic() {
+            self.real_pending += 1;
+        }
+        self.heap.push(at, ev);
+    }
+
+    fn run(&mut self, mut progress: Option<&mut dyn Progress>) {
+        let total = self.flows.len();
+        if total == 0 && self.scn.stop_ps.is_none() {
+            self.ending = Some(Ending::Completed);
+            return;
+        }
+        while let Some((t, ev)) = self.heap.pop() {
+            if let Some(stop) = self.scn.stop_ps {
+                if t > stop {
+                    self.now = stop;
+                    self.ending = Some(Ending::StopTime);
+                    return;
+                }
+            }
+            if !ev.periodic() {
+                self.real_pending -= 1;
+            }
+            self.now = t;
+            self.report.counters.events += 1;
+            match ev {
+                Ev::TxDone(p) => {
+                    let p = p as usize;
+                    self.ports[p].busy = false;
+                    self.start_tx(p);
+                    let node = self.ports[p].node;
+                    if self.hosts[node].is_some() {
+                        self.arm_timer(node);
+                    }
+                }
+                Ev::Arrive(p) => {
+                    let port = &mut self.ports[p as usize];
+                    let (_, fid) = port.in_flight.pop_front().expect("a frame in flight");
+                    let peer = port.peer;
+                    if let Some(&(next, _)) = port.in_flight.front() {
+                        self.push(next, Ev::Arrive(p));
+                    }
+                    self.arrive(peer, fid);
+                }
+                Ev::HostTimer(node) => {
+                    let h = self.hosts[node as usize].as_mut().expect("host");
+                    if h.timer_at == Some(t) {
+                        h.timer_at = None;
+                        let now = Instant::from_nanos(t / PS_PER_NS);
+                        if h.engine.poll_timeout().is_some_and(|d| d <= now) {
+                            h.engine.handle_timeout(now);
+                        }
+                        self.host_after_input(node as usize);
+                    }
+                }
+                Ev::FlowStart(i) => self.flow_start(i as usize),
+                Ev::Scripted(i) => self.scripted(i as usize),
+                Ev::WatchdogCheck(p, q, epoch) => self.watchdog_check(p as usize, q, epoch),
+                Ev::WatchdogRestore(p, q, epoch) => self.watchdog_restore(p as usize, q, epoch),
+                Ev::PauseExpire(p, q, epoch) => {
+                    let port = &mut self.ports[p as usize];
+                    if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) != 0 {
+                        port.paused &= !(1 << q);
+                        port.pause_epoch[q as usize] = epoch.wrapping_add(1);
+                        self.start_tx(p as usize);
+                    }
+                }
+                Ev::PauseRefresh(p, q) => self.pause_refresh(p as usize, q),
+                Ev::Sample => {
+                    self.sample();
+                    if self.real_pending > 0 {
+                        self.push(t + self.scn.monitor.interval_ps, Ev::Sample);
+                    }
+                }
+                Ev::DeadlockCheck => {
+                    if let Some(cycle) = self.deadlock_check() {
+                        if self.scn.watchdog.is_none() {
+                            self.ending = Some(Ending::Deadlock { at_ps: t, cycle });
+                            return;
+                        }
+                        // The watchdog may break it: note it and go on.
+                        if self.report.deadlocks.last().is_none_or(|(_, c)| *c != cycle) {
+                            self.report.deadlocks.push((t, cycle));
+                        }
+                    }
+                    if self.real_pending > 0 {
+                        self.push(t + self.scn.deadlock_check_ps, Ev::DeadlockCheck);
+                    }
+                }
+            }
+            if total > 0 && self.flows_done == total {
+                self.ending = Some(Ending::Completed);
+                return;
+            }
+            if self.report.counters.events % PROGRESS_EVERY == 0 {
+                if let Some(p) = progress.as_deref_mut() {
+                    p.update(t, self.flows_done, total);
+                }
+            }
+        }
+        self.ending = Some(if self.flows_done == total { Ending::Completed } else { Ending::Stalled });
+    }
+
+    fn finish(mut self) -> Report {
+        self.report.end_ps = self.now;
+        let data = |f: &Frame| if f.pfc.is_none() { f.wire as u64 } else { 0 };
+        let mut inside = 0;
+        for port in &self.ports {
+            for q in &port.queues {
+                inside += q.iter().map(|&id| data(self.frame(id))).sum::<u64>();
+            }
+            inside += port.in_flight.iter().map(|&(_, id)| data(self.frame(id))).sum::<u64>();
+        }
+        for h in self.hosts.iter().flatten() {
+            inside += h.rx_backlog.iter().map(|&id| data(self.frame(id))).sum::<u64>();
+        }
+        self.report.bytes_in_fabric = inside;
+        self.report.ending = self.ending.take();
+        for h in self.hosts.iter().flatten() {
+            let c = h.engine.counters();
+            self.report.counters.retransmits += c.completer_retry_err;
+            self.report.counters.engine_rx_errors += c.icrc_errors + c.malformed_dropped;
+        }
+        self.report
+    }
+
+    // ------------------------------------------------------------ frames
+
+    fn alloc_frame(&mut self, f: Frame) -> u32 {
+        if let Some(i) = self.free_frames.pop() {
+            self.frames[i as usize] = Some(f);
+            i
+        } else {
+            self.frames.push(Some(f));
+            (self.frames.len() - 1) as u32
+        }
+    }
+
+    /// Drops data frame `id`, counting its bytes.
+    fn drop_frame(&mut self, id: u32) {
+        let f = self.frame(id);
+        if f.pfc.is_none() {
+            self.report.counters.dropped_bytes += f.wire as u64;
+        }
+        self.free_frame(id);
+    }
+
+    fn free_frame(&mut self, id: u32) {
+        if let Some(f) = self.frames[id as usize].take() {
+            if f.buf.capacity() > 0 {
+                self.bufs.push(f.buf);
+            }
+        }
+        self.free_frames.push(id);
+    }
+
+    fn frame(&self, id: u32) -> &Frame {
+        self.frames[id as usize].as_ref().expect("live frame")
+    }
+
+    fn pfc_frame(&mut self, prio: u8, quanta: u16) -> u32 {
+        let wire = self.scn.framing.pfc_wire_len();
+        self.alloc_frame(Frame {
+            pfc: Some((prio, quanta)),
+            prio: 0,
+            wire,
+            dst_host: 0,
+            src_ip: 0,
+            dst_ip: 0,
+            sport: 0,
+            dport: 0,
+            hash: 0,
+            ecn: 0,
+            in_port: usize::MAX,
+            buf: Vec::new(),
+            len: 0,
+        })
+    }
+
+    /// Sends a PFC frame out of port `p` (ahead of any data).
+    fn send_pfc(&mut self, p: usize, prio: u8, pause: bool) {
+        let quanta = match (pause, self.scn.switch.pause_quanta) {
+            (false, _) => 0,
+            (true, Some(q)) => q.max(1),
+            (true, None) => u16::MAX,
+        };
+        let f = self.pfc_frame(prio, quanta);
+        if pause {
+            self.report.counters.pfc_pause_sent += 1;
+            if let Some(q) = self.scn.switch.pause_quanta {
+                let half = pause_quantum_ps(self.ports[p].rate_bps) * q.max(1) as Time / 2;
+                self.push(self.now + half.max(1), Ev::PauseRefresh(p as u32, prio));
+            }
+        } else {
+            self.report.counters.pfc_resume_sent += 1;
+        }
+        self.ports[p].ctrl.push_back(f);
+        self.start_tx(p);
+    }
+
+    /// Refreshes the XOFF sent on port `p` for `prio` if its cause
+    /// remains (a congested switch ingress, a stalled NIC).
+    fn pause_refresh(&mut self, p: usize, prio: u8) {
+        let node = self.ports[p].node;
+        let still = match (&self.mmu[node], &self.hosts[node]) {
+            (Some(mmu), _) => mmu.is_paused(p - self.first_port[node], prio),
+            (None, Some(h)) => h.xoff_sent,
+            _ => false,
+        };
+        if still {
+            self.report.counters.pfc_refresh_sent += 1;
+            self.report.counters.pfc_pause_sent -= 1;
+            self.send_pfc(p, prio, true);
+        }
+    }
+
+    /// Starts the next frame on port `p` if it is idle.
+    fn start_tx(&mut self, p: usize) {
+        if self.ports[p].busy {
+            return;
+        }
+        let node = self.ports[p].node;
+        let fid = if self.hosts[node].is_some() { self.host_dequeue(node) } else { self.switch_dequeue(p) };
+        let Some(fid) = fid else { return };
+        let wire = self.frame(fid).wire;
+        let port = &mut self.ports[p];
+        let ser = port.ser(wire);
+        port.busy = true;
+        let (delay, link, loss) = (port.delay, port.link, port.loss);
+        self.report.counters.packet_hops += 1;
+        self.push(self.now + ser, Ev::TxDone(p as u32));
+        let lost = !self.link_up[link] || (loss > 0.0 && self.uniform() < loss);
+        if lost {
+            self.report.counters.dropped_link += 1;
+            self.drop_frame(fid);
+        } else {
+            let at = self.now + ser + delay;
+            let port = &mut self.ports[p];
+            port.in_flight.push_back((at, fid));
+            if port.in_flight.len() == 1 {
+                self.push(at, Ev::Arrive(p as u32));
+            }
+        }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn arrive(&mut self, p: usize, fid: u32) {
+        let node = self.ports[p].node;
+        if let Some((prio, quanta)) = self.frame(fid).pfc {
+            self.free_frame(fid);
+            self.pfc_received(p, prio, quanta);
+            return;
+        }
+        if self.hosts[node].is_some() {
+            self.host_receive(node, fid);
+        } else {
+            self.switch_receive(p, fid);
+        }
+    }
+
+    /// A PFC frame reached port `p`: its sender stops or resumes `prio`
+    /// (XOFF/XON: the pause time is not used as a timer).
+    fn pfc_received(&mut self, p: usize, prio: u8, quanta: u16) {
+        let pause = quanta > 0;
+        let bit = 1u8 << prio;
+        if pause && self.scn.switch.pause_quanta.is_some() {
+            // The pause lasts `quanta` from now, whether it starts or
+            // refreshes one.
+            let port = &mut self.ports[p];
+            port.pause_epoch[prio as usize] = port.pause_epoch[prio as usize].wrapping_add(1);
+            let epoch = port.pause_epoch[prio as usize];
+            let until = self.now + pause_quantum_ps(port.rate_bps) * quanta as Time;
+            self.push(until, Ev::PauseExpire(p as u32, prio, epoch));
+        }
+        let port = &mut self.ports[p];
+        let was = port.paused & bit != 0;
+        if was == pause {
+            return;
+        }
+        if pause {
+            port.paused |= bit;
+        } else {
+            port.paused &= !bit;
+        }
+        if !(pause && self.scn.switch.pause_quanta.is_some()) {
+            port.pause_epoch[prio as usize] = port.pause_epoch[prio as usize].wrapping_add(1);
+        }
+        let epoch = port.pause_epoch[prio as usize];
+        let (node, number) = (port.node, port.number);
+        let wd_active = port.wd_active & bit != 0;
+        self.report.pfc.push(PfcRecord {
+            time_ps: self.now,
+            node,
+            is_switch: self.hosts[node].is_none(),
+            port: number,
+            priority: prio,
+            pause,
+        });
+        if let Some(wd) = self.scn.watchdog {
+            if self.hosts[node].is_none() {
+                if pause {
+                    self.push(self.now + wd.timeout_ps, Ev::WatchdogCheck(p as u32, prio, epoch));
+                } else if wd_active {
+                    self.push(self.now + wd.restore_ps, Ev::WatchdogRestore(p as u32, prio, epoch));
+                }
+            }
+        }
+        if !pause {
+            self.start_tx(p);
+        }
+    }
+
+    // ------------------------------------------------------------ switches
+
+    fn switch_receive(&mut self, p: usize, fid: u32) {
+        let node = self.ports[p].node;
+        let (dst, hash, prio, wire) = {
+            let f = self.frame(fid);
+            (f.dst_host, f.hash, f.prio, f.wire)
+        };
+        let Some(k) = self.routes.next_hop(node, dst, hash) else {
+            self.report.counters.dropped_unroutable += 1;
+            self.drop_frame(fid);
+            return;
+        };
+        let eg = self.first_port[node] + k;
+        let ip = p - self.first_port[node];
+        let lossless = self.scn.switch.pfc_enabled && self.scn.switch.lossless_mask & (1 << prio) != 0;
+        let mmu = self.mmu[node].as_mut().expect("switch");
+        if !mmu.admit(ip, prio, wire as u64, lossless) {
+            self.report.counters.dropped_buffer += 1;
+            self.drop_frame(fid);
+            return;
+        }
+        mmu.charge(ip, prio, wire as u64, k);
+        let pause = lossless && mmu.should_pause(ip, prio);
+        if pause {
+            mmu.set_paused(ip, prio, true);
+        }
+        self.frames[fid as usize].as_mut().expect("frame").in_port = ip;
+        let port = &mut self.ports[eg];
+        port.queues[prio as usize].push_back(fid);
+        port.qbytes[prio as usize] += wire as u64;
+        if pause {
+            self.send_pfc(p, prio, true);
+        }
+        self.start_tx(eg);
+    }
+
+    /// The next frame switch port `p` sends: PFC frames first, then the
+    /// scheduler's pick among the priorities the peer has not paused.
+    fn switch_dequeue(&mut self, p: usize) -> Option<u32> {
+        if let Some(f) = self.ports[p].ctrl.pop_front() {
+            return Some(f);
+        }
+        let q = self.pick_queue(p)?;
+        let fid = self.ports[p].queues[q].pop_front().expect("non-empty");
+        self.switch_release(p, q, fid, true);
+        Some(fid)
+    }
+
+    fn pick_queue(&mut self, p: usize) -> Option<usize> {
+        let port = &mut self.ports[p];
+        let ready = |port: &Port, q: usize| {
+            !port.queues[q].is_empty() && port.paused & !port.wd_active & (1 << q) == 0
+        };
+        match &self.scn.switch.scheduling {
+            Scheduling::Strict => (0..PRIORITIES).rev().find(|&q| ready(port, q)),
+            Scheduling::Dwrr { weights } => {
+                if let Some(q) = (0..PRIORITIES).rev().find(|&q| weights[q] == 0 && ready(port, q)) {
+                    return Some(q);
+                }
+                if !(0..PRIORITIES).any(|q| weights[q] > 0 && ready(port, q)) {
+                    return None;
+                }
+                loop {
+                    let q = port.rr_next;
+                    if weights[q] > 0 && ready(port, q) {
+                        let head = port.queues[q][0];
+                        let wire = self.frames[head as usize].as_ref().expect("frame").wire as i64;
+                        if port.deficit[q] >= wire {
+                            port.deficit[q] -= wire;
+                            return Some(q);
+                        }
+                        port.deficit[q] += weights[q] as i64;
+                    } else {
+                        port.deficit[q] = 0;
+                    }
+                    port.rr_next = (q + 1) % PRIORITIES;
+                }
+            }
+        }
+    }
+
+    /// Takes frame `fid` (priority `q`) out of switch port `p`'s queue
+    /// accounting: the buffer, ECN marking (when `transmit`), and an XON to
+    /// its ingress port when that port's queue has drained enough.
+    fn switch_release(&mut self, p: usize, q: usize, fid: u32, transmit: bool) {
+        let node = self.ports[p].node;
+        let (wire, in_port) = {
+            let f = self.frame(fid);
+            (f.wire as u64, f.in_port)
+        };
+        self.ports[p].qbytes[q] -= wire;
+        let k = p - self.first_port[node];
+        let qbytes = self.ports[p].qbytes[q];
+        let mmu = self.mmu[node].as_mut().expect("switch");
+        mmu.discharge(in_port, q as u8, wire, k);
+        let resume = mmu.is_paused(in_port, q as u8) && mmu.should_resume(in_port, q as u8);
+        if resume {
+            mmu.set_paused(in_port, q as u8, false);
+        }
+        if transmit {
+            self.ports[p].sent[q] += 1;
+            let sw = &self.scn.switch;
+            if sw.ecn_enabled && sw.lossless_mask & (1 << q) != 0 {
+                let mmu = self.mmu[node].as_ref().expect("switch");
+                let (kmin, kmax, pmax) = mmu.ecn[k];
+                let ect = self.frame(fid).ecn != 0;
+                let mark = ect
+                    && (qbytes > kmax
+                        || (qbytes > kmin
+                            && self.uniform() < pmax * (qbytes - kmin) as f64 / (kmax - kmin) as f64));
+                if mark {
+                    self.frames[fid as usize].as_mut().expect("frame").ecn = 3;
+                    self.report.counters.ecn_marked += 1;
+                }
+            }
+        }
+        if resume {
+            let ip = self.first_port[node] + in_port;
+            self.send_pfc(ip, q as u8, false);
+        }
+    }
+
+    // ------------------------------------------------------------ watchdog
+
+    fn watchdog_check(&mut self, p: usize, q: u8, epoch: u32) {
+        let Some(wd) = self.scn.watchdog else { return };
+        let port = &self.ports[p];
+        if port.pause_epoch[q as usize] != epoch || port.paused & (1 << q) == 0 {
+            return;
+        }
+        if port.queues[q as usize].is_empty() {
+            // Paused but holding nothing yet: look again later.
+            self.push(self.now + wd.timeout_ps, Ev::WatchdogCheck(p as u32, q, epoch));
+            return;
+        }
+        if port.wd_active & (1 << q) != 0 {
+            return;
+        }
+        let qref = QueueRef { node: port.node, port: port.number, priority: q };
+        self.ports[p].wd_active |= 1 << q;
+        self.report.counters.watchdog_fired += 1;
+        self.report.watchdog_log.push((self.now, qref));
+        while let Some(fid) = self.ports[p].queues[q as usize].pop_front() {
+            self.switch_release(p, q as usize, fid, false);
+            self.report.counters.dropped_watchdog += 1;
+            self.drop_frame(fid);
+        }
+        self.start_tx(p);
+    }
+
+    fn watchdog_restore(&mut self, p: usize, q: u8, epoch: u32) {
+        let port = &mut self.ports[p];
+        if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) == 0 {
+            port.wd_active &= !(1 << q);
+        }
+    }
+
+    // ------------------------------------------------------------ hosts
+
+    /// The next frame a host NIC sends: a PFC frame, else the highest
+    /// unpaused priority's, else whatever the engine has now (frames for a
+    /// paused priority wait in their queue).
+    fn host_dequeue(&mut self, node: NodeId) -> Option<u32> {
+        let p = self.hosts[node].as_ref().expect("host").port;
+        if let Some(f) = self.ports[p].ctrl.pop_front() {
+            return Some(f);
+        }
+        loop {
+            let port = &mut self.ports[p];
+            if let Some(q) =
+                (0..PRIORITIES).rev().find(|&q| !port.queues[q].is_empty() && port.paused & (1 << q) == 0)
+            {
+                let fid = port.queues[q].pop_front().expect("non-empty");
+                let wire = self.frame(fid).wire as u64;
+                self.ports[p].qbytes[q] -= wire;
+                self.ports[p].sent[q] += 1;
+                self.hosts[node].as_mut().expect("host").nic_queued -= wire;
+                return Some(fid);
+            }
+            if self.hosts[node].as_ref().expect("host").nic_queued >= NIC_QUEUE_CAP {
+                return None;
+            }
+            let fid = self.poll_engine(node)?;
+            let (q, wire) = {
+                let f = self.frame(fid);
+                (f.prio as usize, f.wire as u64)
+            };
+            let port = &mut self.ports[p];
+            port.queues[q].push_back(fid);
+            port.qbytes[q] += wire;
+            self.hosts[node].as_mut().expect("host").nic_queued += wire;
+        }
+    }
+
+    /// One datagram from the engine as a frame, classified by priority.
+    fn poll_engine(&mut self, node: NodeId) -> Option<u32> {
+        let mut buf = self.bufs.pop().unwrap_or_else(|| vec![0u8; MAX_DATAGRAM]);
+        let now = Instant::from_nanos(self.now / PS_PER_NS);
+        let h = self.hosts[node].as_mut().expect("host");
+        let Some(t) = h.engine.poll_transmit(now, &mut buf) else {
+            self.bufs.push(buf);
+            return None;
+        };
+        let opcode = buf[0];
+        let ack = opcode == OPCODE_ACK || opcode == OPCODE_CNP;
+        if opcode == OPCODE_CNP {
+            self.report.counters.cnps += 1;
+        }
+        let prio = match (ack, self.scn.nic.ack_priority) {
+            (true, Some(p)) => p,
+            _ => (t.traffic_class >> 5) & 7,
+        };
+        let (src_ip, dst_ip) = match (t.meta.src, t.meta.dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => (u32::from(s), u32::from(d)),
+            _ => (0, 0),
+        };
+        if !ack && h.sports_unknown > 0 {
+            if let Some(&flow) = h.qp_flow.get(&t.qpn) {
+                if self.flows[flow].sport == 0 && self.scn.flows[flow].src == node {
+                    self.flows[flow].sport = t.meta.src_port;
+                    h.sports_unknown -= 1;
+                }
+            }
+        }
+        let wire = self.scn.framing.data_wire_len(20 + 8 + t.len);
+        self.report.counters.host_tx_frames += 1;
+        self.report.counters.host_tx_bytes += wire as u64;
+        Some(self.alloc_frame(Frame {
+            pfc: None,
+            prio,
+            wire,
+            dst_host: ip_node(dst_ip),
+            src_ip,
+            dst_ip,
+            sport: t.meta.src_port,
+            dport: t.meta.dst_port,
+            hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
+            ecn: t.traffic_class & 3,
+            in_port: usize::MAX,
+            buf,
+            len: t.len,
+        }))
+    }
+
+    fn host_receive(&mut self, node: NodeId, fid: u32) {
+        let h = self.hosts[node].as_mut().expect("host");
+        if h.stalled {
+            let wire = self.frame(fid).wire as u64;
+            let h = self.hosts[node].as_mut().expect("host");
+            if h.rx_bytes + wire > 2 * self.scn.nic.rx_xoff_bytes {
+                // Past the XOFF point by more than a headroom's worth: a
+                // sender that ignores the pause loses frames here.
+                self.report.counters.dropped_nic_rx += 1;
+                self.drop_frame(fid);
+                return;
+            }
+            h.rx_backlog.push_back(fid);
+            h.rx_bytes += wire;
+            if h.rx_bytes >= self.scn.nic.rx_xoff_bytes && !h.xoff_sent {
+                h.xoff_sent = true;
+                let (p, prio) = (h.port, self.frame(fid).prio);
+                self.send_pfc(p, prio, true);
+            }
+            return;
+        }
+        self.deliver(node, fid);
+        self.host_after_input(node);
+    }
+
+    fn deliver(&mut self, node: NodeId, fid: u32) {
+        let f = self.frames[fid as usize].as_ref().expect("frame");
+        let meta = DatagramMeta {
+            src: IpAddr::V4(Ipv4Addr::from(f.src_ip)),
+            dst: IpAddr::V4(Ipv4Addr::from(f.dst_ip)),
+            src_port: f.sport,
+            dst_port: f.dport,
+            ecn: f.ecn,
+            ipv4_id: Some(0),
+        };
+        let now = Instant::from_nanos(self.now / PS_PER_NS);
+        let h = self.hosts[node].as_mut().expect("host");
+        self.report.counters.host_rx_frames += 1;
+        self.report.counters.host_rx_bytes += f.wire as u64;
+        let check = h.engine.handle_datagram(now, &meta, &f.buf[..f.len]);
+        if matches!(check, IcrcCheck::Failed | IcrcCheck::Malformed) {
+            self.report.counters.engine_rx_errors += 1;
+        }
+        self.free_frame(fid);
+    }
+
+    /// After the engine took input: reap completions, keep the flows
+    /// posted, start the wire, re-arm the engine's timer.
+    fn host_after_input(&mut self, node: NodeId) {
+        self.reap(node);
+        let p = self.hosts[node].as_ref().expect("host").port;
+        self.start_tx(p);
+        self.arm_timer(node);
+    }
+
+    fn arm_timer(&mut self, node: NodeId) {
+        let busy = self.ports[self.hosts[node].as_ref().expect("host").port].busy;
+        let h = self.hosts[node].as_mut().expect("host");
+        let Some(dl) = h.engine.poll_timeout() else {
+            h.timer_at = None;
+            return;
+        };
+        let now_ns = self.now / PS_PER_NS;
+        let at = if dl.as_nanos() > now_ns {
+            dl.as_nanos() * PS_PER_NS
+        } else if busy {
+            // Due now, but the wire is busy: the end of the frame wakes
+            // the NIC, and the engine with it.
+            return;
+        } else {
+            (now_ns + 1) * PS_PER_NS
+        };
+        // `timer_at` is the earliest wake-up queued: a later one is not
+        // queued (that wake-up re-arms), an earlier one replaces it.
+        if h.timer_at.is_none_or(|q| at < q) {
+            h.timer_at = Some(at);
+            self.push(at, Ev::HostTimer(node as u32));
+        }
+    }
+
+    fn reap(&mut self, node: NodeId) {
+        loop {
+            let h = self.hosts[node].as_mut().expect("host");
+            let n = h.engine.poll_cq(h.cq, &mut self.wc).unwrap_or_default();
+            if n == 0 {
+                return;
+            }
+            for i in 0..n {
+                let wc = self.wc[i];
+                let flow = wc.wr_id as usize;
+                if flow >= self.flows.len() || self.flows[flow].done {
+                    continue;
+                }
+                if wc.status != WcStatus::Success {
+                    self.flows[flow].done = true;
+                    self.flows_done += 1;
+                    self.report.counters.flows_failed += 1;
+                    continue;
+                }
+                if matches!(wc.opcode, WcOpcode::Recv | WcOpcode::RecvRdmaWithImm) {
+                    self.flows[flow].recvs_done += 1;
+                    self.post_recvs(flow);
+                    continue;
+                }
+                let st = &mut self.flows[flow];
+                st.completed += 1;
+                if st.completed == st.wrs {
+                    st.done = true;
+                    self.flows_done += 1;
+                    let spec = &self.scn.flows[flow];
+                    self.report.fct.push(FctRecord {
+                        flow,
+                        src: spec.src,
+                        dst: spec.dst,
+                        sport: st.sport,
+                        dport: roce_wire::ROCE_PORT,
+                        size: spec.size,
+                        start_ps: spec.start_ps,
+                        fct_ps: self.now - spec.start_ps,
+                    });
+                } else {
+                    self.post_sends(flow);
+                }
+            }
+        }
+    }
+
+    fn flow_start(&mut self, i: usize) {
+        self.next_start += 1;
+        if let Some(&next) = self.start_order.get(self.next_start) {
+            self.push(self.scn.flows[next].start_ps, Ev::FlowStart(next as u32));
+        }
+        self.flows[i].started = true;
+        self.post_sends(i);
+        let src = self.scn.flows[i].src;
+        self.host_after_input(src);
+    }
+
+    fn post_sends(&mut self, i: usize) {
+        let spec = &self.scn.flows[i];
+        let chunk = self.scn.nic.chunk_bytes as u64;
+        let (src_qpn, dst) = (self.flows[i].src_qpn, spec.dst);
+        let remote = {
+            let d = self.hosts[dst].as_ref().expect("host");
+            d.dst
+        };
+        let h = self.hosts[spec.src].as_mut().expect("host");
+        let st = &mut self.flows[i];
+        while st.posted < st.wrs && st.posted - st.completed < FLOW_WINDOW {
+            let len = if st.posted + 1 == st.wrs { spec.size - chunk * (st.wrs - 1) } else { chunk };
+            let sge = Sge { addr: h.src.addr, length: len as u32, lkey: h.src.lkey };
+            let op = match spec.op {
+                FlowOp::Write => SendOp::Write { remote_addr: remote.addr, rkey: remote.rkey },
+                FlowOp::Send => SendOp::Send,
+            };
+            let mut wr = SendWr::new(i as u64, op, vec![sge]);
+            wr.signaled = true;
+            if h.engine.post_send(src_qpn, wr).is_err() {
+                // The QP failed; its completions say so.
+                return;
+            }
+            st.posted += 1;
+        }
+    }
+
+    fn post_recvs(&mut self, i: usize) {
+        let spec = &self.scn.flows[i];
+        let h = self.hosts[spec.dst].as_mut().expect("host");
+        let st = &mut self.flows[i];
+        let chunk = self.scn.nic.chunk_bytes;
+        while st.recvs_posted < st.wrs && st.recvs_posted - st.recvs_done < 2 * FLOW_WINDOW {
+            let wr = RecvWr {
+                wr_id: i as u64,
+                sg_list: vec![Sge { addr: h.dst.addr, length: chunk, lkey: h.dst.lkey }],
+            };
+            if h.engine.post_recv(st.dst_qpn, wr).is_err() {
+                return;
+            }
+            st.recvs_posted += 1;
+        }
+    }
+
+    // ------------------------------------------------------------ scripted
+
+    fn scripted(&mut self, i: usize) {
+        match self.scn.events[i].kind {
+            EventKind::LinkDown { link } => self.link_up[link] = false,
+            EventKind::LinkUp { link } => self.link_up[link] = true,
+            EventKind::NicStall { host } => self.hosts[host].as_mut().expect("host").stalled = true,
+            EventKind::NicResume { host } => {
+                let h = self.hosts[host].as_mut().expect("host");
+                h.stalled = false;
+                let backlog: Vec<u32> = h.rx_backlog.drain(..).collect();
+                h.rx_bytes = 0;
+                let xoff = std::mem::replace(&mut h.xoff_sent, false);
+                let p = h.port;
+                for fid in backlog {
+                    self.deliver(host, fid);
+                }
+                if xoff {
+                    for q in 0..PRIORITIES as u8 {
+                        if self.scn.switch.lossless_mask & (1 << q) != 0 {
+                            self.send_pfc(p, q, false);
+                        }
+                    }
+                }
+                self.host_after_input(host);
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ monitor
+
+    fn sample(&mut self) {
+        for &(node, number) in &self.scn.monitor.ports {
+            let Some(&first) = self.first_port.get(node) else { continue };
+            let p = first + number as usize - 1;
+            let Some(port) = self.ports.get(p).filter(|x| x.node == node) else { continue };
+            self.report.queues.push(QueueSample {
+                time_ps: self.now,
+                node,
+                port: number,
+                bytes: port.total_bytes(),
+                paused: port.paused,
+            });
+        }
+        if self.scn.monitor.flow_rates {
+            for (i, st) in self.flows.iter().enumerate() {
+                if !st.started || st.done {
+                    continue;
+                }
+                let src = self.scn.flows[i].src;
+                let h = self.hosts[src].as_ref().expect("host");
+                let rate = h.engine.qp_rate(st.src_qpn).map(|r| r.rate_bps as f64).unwrap_or(0.0);
+                self.report.rates.push(RateSample { time_ps: self.now, flow: i, rate_bps: rate });
+            }
+        }
+    }
+
+    /// Looks for a cycle of paused, non-empty switch egress queues in which
+    /// each waits for the next: queue (X, port to Y, q) is paused by Y
+    /// because Y's ingress from X holds frames of priority q that wait in
+    /// Y's egress queue (Y, port to Z, q), itself paused. A cycle seen at
+    /// two checks in a row with no frame sent from any of its queues in
+    /// between is a deadlock.
+    fn deadlock_check(&mut self) -> Option<Vec<QueueRef>> {
+        let cycle = crate::deadlock::find_cycle(self)?;
+        let now: Vec<(QueueRef, u64)> = cycle
+            .iter()
+            .map(|&(p, q)| {
+                let port = &self.ports[p];
+                (QueueRef { node: port.node, port: port.number, priority: q as u8 }, port.sent[q])
+            })
+            .collect();
+        let confirmed = self.deadlock_suspect.as_ref() == Some(&now);
+        if confirmed {
+            return Some(now.into_iter().map(|(r, _)| r).collect());
+        }
+        self.deadlock_suspect = Some(now);
+        None
+    }
+}
+
+/// Frame accessors for the deadlock detector.
+impl Sim<'_> {
+    pub(crate) fn is_switch(&self, node: NodeId) -> bool {
+        self.hosts.get(node).is_some_and(|h| h.is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::*;
+
+    fn one_host() -> Scenario {
+        Scenario {
+            name: "t".into(),
+            seed: 1,
+            nodes: vec![
+                NodeSpec { kind: NodeKind::Switch, name: "s".into() },
+                NodeSpec { kind: NodeKind::Host, name: "h".into() },
+            ],
+            links: vec![LinkSpec { a: 0, b: 1, rate_bps: 100_000_000_000, delay_ps: PS_PER_US, loss: 0.0 }],
+            flows: vec![],
+            switch: SwitchConfig { pause_quanta: Some(100), ..SwitchConfig::hpcc() },
+            nic: NicConfig::hpcc(),
+            framing: Framing::Ethernet,
+            routes: vec![],
+            // Something due later keeps the sampling going.
+            events: vec![TimedEvent { at_ps: 2 * PS_PER_US, kind: EventKind::NicResume { host: 1 } }],
+            watchdog: None,
+            stop_ps: Some(2 * PS_PER_US),
+            deadlock_check_ps: 0,
+            monitor: MonitorConfig { ports: vec![(0, 1)], interval_ps: PS_PER_NS, flow_rates: false },
+        }
+    }
+
+    /// An XOFF of 100 quanta pauses a 100G port for 100 x 512 bit times =
+    /// 512 ns, then it resumes by itself (IEEE 802.1Qbb).
+    #[test]
+    fn a_pause_runs_out_after_its_quanta() {
+        let scn = one_host();
+        let mut sim = Sim::new(&scn).unwrap();
+        sim.pfc_received(0, 3, 100);
+        sim.run(None);
+        let r = sim.finish();
+        let paused_at =
+            |ns: u64| r.queues.iter().find(|q| q.time_ps == ns * PS_PER_NS).unwrap().paused & 8 != 0;
+        assert!(paused_at(0) && paused_at(511));
+        assert!(!paused_at(513) && !paused_at(1500));
+        // A refresh before it runs out extends it by a full pause.
+        let mut sim = Sim::new(&scn).unwrap();
+        sim.pfc_received(0, 3, 100);
+        sim.now = 300 * PS_PER_NS;
+        sim.pfc_received(0, 3, 100);
+        sim.run(None);
+        let r = sim.finish();
+        let paused_at =
+            |ns: u64| r.queues.iter().find(|q| q.time_ps == ns * PS_PER_NS).unwrap().paused & 8 != 0;
+        assert!(paused_at(511) && paused_at(811));
+        assert!(!paused_at(813));
+        // XON ends it at once; only state changes are recorded.
+        assert_eq!(r.pfc.len(), 1);
+    }
 }

@@ -1,0 +1,128 @@
+//! Forwarding tables: for every switch and destination host, the ports on
+//! a shortest path (equal-cost next hops), chosen per flow by a hash of its
+//! addresses and ports (flow-hash ECMP: one flow, one path, no reordering).
+//! Static routes of the scenario replace a destination's next hops at a
+//! switch. Hosts never forward.
+
+use crate::scenario::{NodeId, NodeKind, Scenario};
+
+/// A node's ports: for each, the peer node and the link index.
+#[derive(Debug, Clone)]
+pub struct Adjacency {
+    /// `ports[node]` = [(peer, link)], in port order (port k+1 at index k).
+    pub ports: Vec<Vec<(NodeId, usize)>>,
+}
+
+impl Adjacency {
+    pub fn new(scn: &Scenario) -> Adjacency {
+        let mut ports = vec![Vec::new(); scn.nodes.len()];
+        for (i, l) in scn.links.iter().enumerate() {
+            ports[l.a].push((l.b, i));
+            ports[l.b].push((l.a, i));
+        }
+        Adjacency { ports }
+    }
+}
+
+/// Next-hop port indices (0-based) per (switch, destination host).
+#[derive(Debug, Clone)]
+pub struct Routes {
+    /// For each node, for each destination node: (start, len) into `hops`.
+    table: Vec<Vec<(u32, u16)>>,
+    hops: Vec<u16>,
+}
+
+impl Routes {
+    /// Shortest paths by breadth-first search from every host, through
+    /// switches only, then the scenario's static routes.
+    pub fn build(scn: &Scenario, adj: &Adjacency) -> Result<Routes, String> {
+        let n = scn.nodes.len();
+        let mut table = vec![Vec::new(); n];
+        let mut hops = Vec::new();
+        let switches: Vec<NodeId> = (0..n).filter(|&i| scn.nodes[i].kind == NodeKind::Switch).collect();
+        for s in &switches {
+            table[*s] = vec![(0u32, 0u16); n];
+        }
+        let mut dist = vec![u32::MAX; n];
+        let mut queue = std::collections::VecDeque::new();
+        for h in scn.hosts() {
+            dist.iter_mut().for_each(|d| *d = u32::MAX);
+            dist[h] = 0;
+            queue.clear();
+            queue.push_back(h);
+            while let Some(u) = queue.pop_front() {
+                if u != h && scn.nodes[u].kind == NodeKind::Host {
+                    continue;
+                }
+                for &(v, _) in &adj.ports[u] {
+                    if dist[v] == u32::MAX {
+                        dist[v] = dist[u] + 1;
+                        queue.push_back(v);
+                    }
+                }
+            }
+            for &s in &switches {
+                if dist[s] == u32::MAX {
+                    continue;
+                }
+                let start = hops.len() as u32;
+                for (k, &(peer, _)) in adj.ports[s].iter().enumerate() {
+                    if dist[peer] + 1 == dist[s] && (peer == h || scn.nodes[peer].kind == NodeKind::Switch) {
+                        hops.push(k as u16);
+                    }
+                }
+                table[s][h] = (start, (hops.len() as u32 - start) as u16);
+            }
+        }
+        for r in &scn.routes {
+            let Some(k) = adj.ports.get(r.switch).and_then(|p| p.iter().position(|&(peer, _)| peer == r.via))
+            else {
+                return Err(format!("static route at node {} via node {}: no such link", r.switch, r.via));
+            };
+            if scn.nodes.get(r.switch).map(|x| x.kind) != Some(NodeKind::Switch) {
+                return Err(format!("static route at node {}: not a switch", r.switch));
+            }
+            if r.dst >= n {
+                return Err(format!("static route to node {}: no such node", r.dst));
+            }
+            let start = hops.len() as u32;
+            hops.push(k as u16);
+            table[r.switch][r.dst] = (start, 1);
+        }
+        Ok(Routes { table, hops })
+    }
+
+    /// The port (0-based) switch `s` forwards a frame for host `dst` out
+    /// of, the flow hash choosing among equal-cost ports; `None` if
+    /// unreachable.
+    #[inline]
+    pub fn next_hop(&self, s: NodeId, dst: NodeId, hash: u32) -> Option<usize> {
+        let (start, len) = *self.table.get(s)?.get(dst)?;
+        if len == 0 {
+            return None;
+        }
+        let i = if len == 1 { 0 } else { (hash_mix(hash, s as u32) % len as u32) as usize };
+        Some(self.hops[start as usize + i] as usize)
+    }
+}
+
+/// Mixes a flow hash with a switch's id so that consecutive tiers do not
+/// make correlated choices (a murmur3-style finaliser).
+#[inline]
+pub fn hash_mix(h: u32, salt: u32) -> u32 {
+    let mut x = h ^ salt.wrapping_mul(0x9e37_79b9);
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85eb_ca6b);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xc2b2_ae35);
+    x ^ (x >> 16)
+}
+
+/// The flow hash of a packet: source and destination address and UDP
+/// ports (the 5-tuple, protocol being UDP).
+#[inline]
+pub fn flow_hash(src: u32, dst: u32, sport: u16, dport: u16) -> u32 {
+    let mut h = hash_mix(src, 1);
+    h = hash_mix(h ^ dst, 2);
+    hash_mix(h ^ ((sport as u32) << 16 | dport as u32), 3)
+}
