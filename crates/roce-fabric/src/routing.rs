@@ -30,6 +30,9 @@ pub struct Routes {
     /// For each node, for each destination node: (start, len) into `hops`.
     table: Vec<Vec<(u32, u16)>>,
     hops: Vec<u16>,
+    /// Mixed into every switch's hash (switches are configured with hash
+    /// seeds): from the scenario's seed, so seeds also vary the paths.
+    salt: u32,
 }
 
 impl Routes {
@@ -89,7 +92,8 @@ impl Routes {
             hops.push(k as u16);
             table[r.switch][r.dst] = (start, 1);
         }
-        Ok(Routes { table, hops })
+        let salt = (scn.seed ^ (scn.seed >> 32)) as u32;
+        Ok(Routes { table, hops, salt })
     }
 
     /// The port (0-based) switch `s` forwards a frame for host `dst` out
@@ -101,7 +105,7 @@ impl Routes {
         if len == 0 {
             return None;
         }
-        let i = if len == 1 { 0 } else { (hash_mix(hash, s as u32) % len as u32) as usize };
+        let i = if len == 1 { 0 } else { (hash_mix(hash, s as u32 ^ self.salt) % len as u32) as usize };
         Some(self.hops[start as usize + i] as usize)
     }
 }

@@ -220,6 +220,12 @@ pub struct NicConfig {
     /// IBTA allows up to 2^23. HPCC's NIC has no window (`HAS_WIN 0`).
     #[serde(default = "default_window")]
     pub max_unacked_psns: u32,
+    /// The requester asks for an ACK at least every this many packets of
+    /// a message (the AckReq bit; the responder also ACKs each message's
+    /// last packet). 1: an ACK per packet, as the HPCC NIC sends
+    /// (`L2_ACK_INTERVAL 1`).
+    #[serde(default = "default_ack_every")]
+    pub ack_req_every: u32,
     /// Receive buffer of the NIC when it stops draining (a storm source):
     /// it pauses its switch when this many bytes are waiting.
     pub rx_xoff_bytes: u64,
@@ -341,6 +347,10 @@ impl SwitchConfig {
     }
 }
 
+fn default_ack_every() -> u32 {
+    roce_proto::limits::ACK_REQ_EVERY
+}
+
 fn default_window() -> u32 {
     1 << 22
 }
@@ -358,6 +368,7 @@ impl NicConfig {
             chunk_bytes: 64 * 1024,
             rx_xoff_bytes: 64 * 1024,
             max_unacked_psns: default_window(),
+            ack_req_every: default_ack_every(),
         }
     }
 }

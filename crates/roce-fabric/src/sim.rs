@@ -275,6 +275,9 @@ fn validate(scn: &Scenario) -> Result<(), FabricError> {
     if PathMtu::from_bytes(scn.nic.mtu as usize).is_none() {
         return bad(format!("NIC MTU {} is not an IB MTU (256..4096)", scn.nic.mtu));
     }
+    if scn.nic.ack_req_every == 0 {
+        return bad("NIC ack_req_every 0: at least 1".into());
+    }
     if scn.nic.chunk_bytes == 0 {
         return bad("NIC chunk size 0".into());
     }
@@ -434,6 +437,7 @@ impl<'a> Sim<'a> {
             cfg.line_rate_bps = rate;
             cfg.ecn = true;
             cfg.max_unacked_psns = scn.nic.max_unacked_psns;
+            cfg.ack_req_every = scn.nic.ack_req_every;
             let err = |what: String| FabricError::Engine { host: node, what };
             let seed = scn.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (node as u64);
             let mut engine = Engine::new(cfg, seed);

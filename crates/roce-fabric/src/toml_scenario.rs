@@ -88,6 +88,7 @@
 //! ack_priority = 7           # or "flow": ACKs at the flow's priority
 //! chunk = "64KiB"
 //! max_unacked_psns = 4194304 # the QP's send window, 1..=2^23
+//! ack_req_every = 64         # an ACK at least every N packets (1: each)
 //! rx_xoff = "64KiB"
 //!
 //! [[routes]]                 # at switch, frames for dst leave towards via
@@ -579,6 +580,8 @@ struct NicT {
     chunk: Option<Qty>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_unacked_psns: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ack_req_every: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     rx_xoff: Option<Qty>,
 }
@@ -1141,6 +1144,12 @@ fn nic_config(n: &NicT) -> Result<NicConfig, ScenarioError> {
     if let Some(w) = n.max_unacked_psns {
         c.max_unacked_psns = w;
     }
+    if let Some(a) = n.ack_req_every {
+        if a == 0 {
+            return Err(bad_value("nic.ack_req_every", "0", "at least 1 (an ACK per packet)"));
+        }
+        c.ack_req_every = a;
+    }
     if let Some(q) = &n.rx_xoff {
         c.rx_xoff_bytes = size("nic.rx_xoff", q)?;
     }
@@ -1282,6 +1291,7 @@ pub fn to_toml(s: &Scenario) -> String {
             }),
             chunk: Some(fmt_size(u64::from(s.nic.chunk_bytes))),
             max_unacked_psns: Some(s.nic.max_unacked_psns),
+            ack_req_every: Some(s.nic.ack_req_every),
             rx_xoff: Some(fmt_size(s.nic.rx_xoff_bytes)),
         }),
         routes: s
@@ -1703,6 +1713,7 @@ flow_rates = true
                 ack_priority: None,
                 chunk_bytes: 1 << 20,
                 max_unacked_psns: 64,
+                ack_req_every: 64,
                 rx_xoff_bytes: 128_000,
             }
         );
