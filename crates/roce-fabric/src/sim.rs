@@ -123,7 +123,11 @@ pub(crate) struct Port {
     ps_per_byte: Option<u64>,
     delay: Time,
     loss: f64,
-    busy: bool,
+    /// The end of the frame on the wire (the port is busy before it).
+    busy_until: Time,
+    /// A `TxDone` is queued for `busy_until`: only when more waits to go,
+    /// so an idle fabric spends no event on the end of each frame.
+    txdone_queued: bool,
     /// Frames on the wire towards the peer, with their arrival times (in
     /// order: one sender, one delay). Only the first is an event.
     in_flight: VecDeque<(Time, u32)>,
@@ -346,7 +350,8 @@ impl<'a> Sim<'a> {
                     ps_per_byte: exact.then(|| 8 * PS_PER_S / l.rate_bps),
                     delay: l.delay_ps,
                     loss: l.loss,
-                    busy: false,
+                    busy_until: 0,
+                    txdone_queued: false,
                     in_flight: VecDeque::new(),
                     ctrl: VecDeque::new(),
                     queues: Default::default(),
@@ -571,7 +576,7 @@ impl<'a> Sim<'a> {
             match ev {
                 Ev::TxDone(p) => {
                     let p = p as usize;
-                    self.ports[p].busy = false;
+                    self.ports[p].txdone_queued = false;
                     self.start_tx(p);
                     let node = self.ports[p].node;
                     if self.hosts[node].is_some() {
@@ -761,19 +766,26 @@ impl<'a> Sim<'a> {
 
     /// Starts the next frame on port `p` if it is idle.
     fn start_tx(&mut self, p: usize) {
-        if self.ports[p].busy {
+        if self.now < self.ports[p].busy_until {
+            self.wake_at_tx_end(p);
             return;
         }
         let node = self.ports[p].node;
-        let fid = if self.hosts[node].is_some() { self.host_dequeue(node) } else { self.switch_dequeue(p) };
+        let host = self.hosts[node].is_some();
+        let fid = if host { self.host_dequeue(node) } else { self.switch_dequeue(p) };
         let Some(fid) = fid else { return };
         let wire = self.frame(fid).wire;
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
-        port.busy = true;
+        port.busy_until = self.now + ser;
         let (delay, link, loss) = (port.delay, port.link, port.loss);
+        let more = !port.ctrl.is_empty()
+            || port.queues.iter().any(|q| !q.is_empty())
+            || (host && self.hosts[node].as_ref().is_some_and(|h| h.engine.has_transmit()));
+        if more {
+            self.wake_at_tx_end(p);
+        }
         self.report.counters.packet_hops += 1;
-        self.push(self.now + ser, Ev::TxDone(p as u32));
         let lost = !self.link_up[link] || (loss > 0.0 && self.uniform() < loss);
         if lost {
             self.report.counters.dropped_link += 1;
@@ -785,6 +797,16 @@ impl<'a> Sim<'a> {
             if port.in_flight.len() == 1 {
                 self.push(at, Ev::Arrive(p as u32));
             }
+        }
+    }
+
+    /// Queues a `TxDone` for the end of port `p`'s frame if none is.
+    fn wake_at_tx_end(&mut self, p: usize) {
+        let port = &mut self.ports[p];
+        if !port.txdone_queued {
+            port.txdone_queued = true;
+            let at = port.busy_until;
+            self.push(at, Ev::TxDone(p as u32));
         }
     }
 
@@ -1159,7 +1181,8 @@ impl<'a> Sim<'a> {
     }
 
     fn arm_timer(&mut self, node: NodeId) {
-        let busy = self.ports[self.hosts[node].as_ref().expect("host").port].busy;
+        let p = self.hosts[node].as_ref().expect("host").port;
+        let busy = self.now < self.ports[p].busy_until;
         let h = self.hosts[node].as_mut().expect("host");
         let Some(dl) = h.engine.poll_timeout() else {
             h.timer_at = None;
@@ -1171,6 +1194,7 @@ impl<'a> Sim<'a> {
         } else if busy {
             // Due now, but the wire is busy: the end of the frame wakes
             // the NIC, and the engine with it.
+            self.wake_at_tx_end(p);
             return;
         } else {
             (now_ns + 1) * PS_PER_NS
