@@ -7,11 +7,12 @@
 //! the same time is the order they were scheduled in.
 
 /// Events of type `T` keyed by (time, sequence).
-pub struct EventQueue<T> {
-    /// Events at time `last`, in schedule order.
-    now: std::collections::VecDeque<(u64, T)>,
+pub struct EventQueue<T: Copy> {
+    /// Events at time `last`, in schedule order, from `now_pos` on.
+    now: Vec<(u64, T)>,
+    now_pos: usize,
     /// `buckets[i]` (i >= 1) holds events whose time's highest bit
-    /// differing from `last` is bit `i - 1`, as (sequence, item).
+    /// differing from `last` is bit `i - 1`, as (time, sequence, item).
     buckets: Vec<Vec<(u64, u64, T)>>,
     /// Bit i set: `buckets[i]` is not empty.
     nonempty: u128,
@@ -20,10 +21,11 @@ pub struct EventQueue<T> {
     seq: u64,
 }
 
-impl<T> Default for EventQueue<T> {
+impl<T: Copy> Default for EventQueue<T> {
     fn default() -> Self {
         EventQueue {
-            now: std::collections::VecDeque::new(),
+            now: Vec::new(),
+            now_pos: 0,
             buckets: (0..=64).map(|_| Vec::new()).collect(),
             nonempty: 0,
             last: 0,
@@ -33,15 +35,16 @@ impl<T> Default for EventQueue<T> {
     }
 }
 
-impl<T> EventQueue<T> {
+impl<T: Copy> EventQueue<T> {
     /// Schedules `item` at `time`. Times earlier than the last popped one
     /// are raised to it (the past cannot be scheduled).
+    #[inline]
     pub fn push(&mut self, time: u64, item: T) {
         self.seq += 1;
         self.len += 1;
-        let time = time.max(self.last);
-        if time == self.last {
-            self.now.push_back((self.seq, item));
+        if time <= self.last {
+            // Later in sequence than everything already due now.
+            self.now.push((self.seq, item));
         } else {
             let b = 64 - (time ^ self.last).leading_zeros() as usize;
             self.buckets[b].push((time, self.seq, item));
@@ -50,34 +53,47 @@ impl<T> EventQueue<T> {
     }
 
     /// The earliest event and its time.
+    #[inline]
     pub fn pop(&mut self) -> Option<(u64, T)> {
-        if self.len == 0 {
-            return None;
-        }
-        if self.now.is_empty() {
-            let i = self.nonempty.trailing_zeros() as usize;
-            let mut items = std::mem::take(&mut self.buckets[i]);
-            self.nonempty &= !(1 << i);
-            self.last = items.iter().map(|e| e.0).min().expect("non-empty");
-            let mut now: Vec<(u64, T)> = Vec::new();
-            for (t, seq, item) in items.drain(..) {
-                if t == self.last {
-                    now.push((seq, item));
-                } else {
-                    let b = 64 - (t ^ self.last).leading_zeros() as usize;
-                    self.buckets[b].push((t, seq, item));
-                    self.nonempty |= 1 << b;
-                }
+        if self.now_pos == self.now.len() {
+            if self.len == 0 {
+                return None;
             }
-            // Give the bucket its allocation back.
-            self.buckets[i] = items;
-            now.sort_unstable_by_key(|e| e.0);
-            self.now.extend(now);
+            self.refill();
         }
-        let (_, item) = self.now.pop_front().expect("events at `last`");
+        let (_, item) = self.now[self.now_pos];
+        self.now_pos += 1;
         self.len -= 1;
         Some((self.last, item))
     }
+
+    /// Moves on to the next time: the smallest bucket holds it; its
+    /// events are spread over the lower buckets (each event moves down a
+    /// bucket at most 64 times in all), those at the new time first.
+    fn refill(&mut self) {
+        self.now.clear();
+        self.now_pos = 0;
+        let i = self.nonempty.trailing_zeros() as usize;
+        let mut items = std::mem::take(&mut self.buckets[i]);
+        self.nonempty &= !(1 << i);
+        self.last = items.iter().map(|e| e.0).min().expect("a non-empty bucket");
+        for &(t, seq, item) in &items {
+            if t == self.last {
+                self.now.push((seq, item));
+            } else {
+                let b = 64 - (t ^ self.last).leading_zeros() as usize;
+                self.buckets[b].push((t, seq, item));
+                self.nonempty |= 1 << b;
+            }
+        }
+        items.clear();
+        // Give the bucket its allocation back.
+        self.buckets[i] = items;
+        if self.now.len() > 1 {
+            self.now.sort_unstable_by_key(|e| e.0);
+        }
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
