@@ -46,8 +46,8 @@ pub use standalone::{standalone_fct_ps, Standalone, STANDALONE_HEADER_BYTES};
 pub use topology::{TopoLink, Topology};
 
 use crate::scenario::{
-    EventKind, FlowOp, FlowSpec, Framing, LinkSpec, MonitorConfig, NicConfig, NodeId, NodeKind, NodeSpec,
-    PfcThreshold, Scenario, SwitchConfig, Time, TimedEvent, PS_PER_US,
+    EventKind, FlowOp, FlowSpec, Framing, LinkFaults, LinkSpec, MonitorConfig, NicConfig, NodeId, NodeKind,
+    NodeSpec, PfcThreshold, Scenario, SwitchConfig, Time, TimedEvent, PS_PER_US,
 };
 
 /// Why an HPCC file could not be used.
@@ -210,7 +210,14 @@ pub fn scenario_from_parts(topo: &Topology, flows: &[HpccFlow], cfg: &HpccConfig
     let links = topo
         .links
         .iter()
-        .map(|l| LinkSpec { a: l.a, b: l.b, rate_bps: l.rate_bps, delay_ps: l.delay_ps, loss: l.error_rate })
+        .map(|l| LinkSpec {
+            a: l.a,
+            b: l.b,
+            rate_bps: l.rate_bps,
+            delay_ps: l.delay_ps,
+            loss: l.error_rate,
+            faults: LinkFaults::default(),
+        })
         .collect();
     let flows = flows
         .iter()

@@ -13,10 +13,12 @@
 pub mod builtin;
 pub mod compare;
 mod deadlock;
+pub mod faults;
 pub mod hpcc;
 pub mod plot;
 mod queue;
 pub mod report;
+pub mod rng;
 mod routing;
 pub mod scenario;
 pub mod sim;

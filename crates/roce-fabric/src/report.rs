@@ -110,6 +110,9 @@ pub struct Counters {
     pub dropped_buffer: u64,
     /// Frames lost on the wire (link loss or a link down).
     pub dropped_link: u64,
+    /// Extra copies a faulty link made, and frames it corrupted.
+    pub duplicated: u64,
+    pub corrupted: u64,
     /// Frames the watchdog dropped, and times it fired.
     pub dropped_watchdog: u64,
     pub watchdog_fired: u64,
@@ -121,8 +124,11 @@ pub struct Counters {
     pub engine_rx_errors: u64,
     /// Flows whose QP failed (completion with an error).
     pub flows_failed: u64,
-    /// Retransmitted packets reported by the engines.
-    pub retransmits: u64,
+    /// Times a requester's ACK timer ran out and it went back to resend
+    /// (rxe's `completer_retry_err`), and sequence NAKs it received
+    /// (`rcvd_seq_err`: a gap the responder saw, resent at once).
+    pub retry_timeouts: u64,
+    pub seq_naks: u64,
 }
 
 /// Everything a run produced.

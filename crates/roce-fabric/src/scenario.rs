@@ -64,6 +64,33 @@ pub struct LinkSpec {
     /// Probability that a frame is lost on the wire (each direction).
     #[serde(default)]
     pub loss: f64,
+    /// Further faults of the wire (each direction): jitter, reordering,
+    /// duplication, corruption (the fault-injection harness's model,
+    /// `crate::faults`).
+    #[serde(default)]
+    pub faults: LinkFaults,
+}
+
+/// A link's faults besides loss, in picoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct LinkFaults {
+    /// Extra delay uniform in `[0, jitter]`; frames stay in order.
+    #[serde(default)]
+    pub jitter_ps: Time,
+    /// Fraction of frames delayed a further `[0, reorder_delay]` out of
+    /// order.
+    #[serde(default)]
+    pub reorder: f64,
+    #[serde(default)]
+    pub reorder_delay_ps: Time,
+    /// Fraction of frames that arrive twice.
+    #[serde(default)]
+    pub duplicate: f64,
+    /// Fraction of data frames with one bit of the datagram flipped
+    /// (never in BTH byte 4, which the ICRC does not cover): the
+    /// receiving engine's ICRC check must refuse them.
+    #[serde(default)]
+    pub corrupt: f64,
 }
 
 /// The operation a flow performs.

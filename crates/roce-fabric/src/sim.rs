@@ -14,8 +14,6 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 
-use rand_chacha::ChaCha8Rng;
-use rand_core::{RngCore, SeedableRng};
 use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 use roce_proto::config::CnpConfig;
 use roce_proto::{
@@ -24,8 +22,10 @@ use roce_proto::{
     WcStatus, MAX_DATAGRAM,
 };
 
+use crate::faults::Faults;
 use crate::queue::EventQueue;
 use crate::report::{Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
+use crate::rng::SimRng;
 use crate::routing::{flow_hash, Adjacency, Routes};
 use crate::scenario::{
     pause_quantum_ps, serialisation_ps, EventKind, FlowOp, NodeId, NodeKind, Scenario, Scheduling, Time,
@@ -92,6 +92,8 @@ enum Ev {
     TxDone(u32),
     /// The first frame on port's link reaches the peer.
     Arrive(u32),
+    /// A frame delivered out of its link's order reaches (port, frame).
+    ArriveOne(u32, u32),
     HostTimer(u32),
     FlowStart(u32),
     Scripted(u32),
@@ -122,7 +124,10 @@ pub(crate) struct Port {
     rate_bps: u64,
     ps_per_byte: Option<u64>,
     delay: Time,
-    loss: f64,
+    /// The link's faults (loss included), if it has any.
+    faults: Option<Faults>,
+    /// The latest in-order arrival on the link (jitter keeps order).
+    last_fifo: Time,
     /// The end of the frame on the wire (the port is busy before it).
     busy_until: Time,
     /// A `TxDone` is queued for `busy_until`: only when more waits to go,
@@ -137,6 +142,8 @@ pub(crate) struct Port {
     /// Priorities the peer has paused (bit mask).
     pub paused: u8,
     pause_epoch: [u32; PRIORITIES],
+    /// Bumped only when a priority's paused state changes (not on a refresh).
+    wd_epoch: [u32; PRIORITIES],
     /// Priorities whose queue the watchdog is dropping.
     pub wd_active: u8,
     /// Frames sent per priority (progress, for the deadlock detector).
@@ -221,7 +228,9 @@ pub(crate) struct Sim<'a> {
     flows: Vec<FlowState>,
     flows_done: usize,
     report: Report,
-    rng: ChaCha8Rng,
+    /// Random streams: the links' faults, ECN marking.
+    rng_links: SimRng,
+    rng_ecn: SimRng,
     link_up: Vec<bool>,
     wc: Vec<Wc>,
     /// Queues in a suspected deadlock cycle at the last check, with their
@@ -349,7 +358,18 @@ impl<'a> Sim<'a> {
                     rate_bps: l.rate_bps,
                     ps_per_byte: exact.then(|| 8 * PS_PER_S / l.rate_bps),
                     delay: l.delay_ps,
-                    loss: l.loss,
+                    faults: {
+                        let f = Faults {
+                            jitter: l.faults.jitter_ps,
+                            loss: l.loss,
+                            reorder: l.faults.reorder,
+                            reorder_delay: l.faults.reorder_delay_ps,
+                            duplicate: l.faults.duplicate,
+                            corrupt: l.faults.corrupt,
+                        };
+                        f.any().then_some(f)
+                    },
+                    last_fifo: 0,
                     busy_until: 0,
                     txdone_queued: false,
                     in_flight: VecDeque::new(),
@@ -358,6 +378,7 @@ impl<'a> Sim<'a> {
                     qbytes: [0; PRIORITIES],
                     paused: 0,
                     pause_epoch: [0; PRIORITIES],
+                    wd_epoch: [0; PRIORITIES],
                     wd_active: 0,
                     sent: [0; PRIORITIES],
                     deficit: [0; PRIORITIES],
@@ -407,7 +428,8 @@ impl<'a> Sim<'a> {
             flows: vec![FlowState::default(); scn.flows.len()],
             flows_done: 0,
             report: Report::default(),
-            rng: ChaCha8Rng::seed_from_u64(scn.seed),
+            rng_links: SimRng::new(scn.seed).fork("links"),
+            rng_ecn: SimRng::new(scn.seed).fork("ecn"),
             link_up: vec![true; scn.links.len()],
             wc: vec![Wc::EMPTY; 64],
             deadlock_suspect: None,
@@ -583,6 +605,7 @@ impl<'a> Sim<'a> {
                         self.arm_timer(node);
                     }
                 }
+                Ev::ArriveOne(p, fid) => self.arrive(p as usize, fid),
                 Ev::Arrive(p) => {
                     let port = &mut self.ports[p as usize];
                     let (_, fid) = port.in_flight.pop_front().expect("a frame in flight");
@@ -612,6 +635,7 @@ impl<'a> Sim<'a> {
                     if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) != 0 {
                         port.paused &= !(1 << q);
                         port.pause_epoch[q as usize] = epoch.wrapping_add(1);
+                        port.wd_epoch[q as usize] = port.wd_epoch[q as usize].wrapping_add(1);
                         self.start_tx(p as usize);
                     }
                 }
@@ -668,8 +692,8 @@ impl<'a> Sim<'a> {
         self.report.ending = self.ending.take();
         for h in self.hosts.iter().flatten() {
             let c = h.engine.counters();
-            self.report.counters.retransmits += c.completer_retry_err;
-            self.report.counters.engine_rx_errors += c.icrc_errors + c.malformed_dropped;
+            self.report.counters.retry_timeouts += c.completer_retry_err;
+            self.report.counters.seq_naks += c.rcvd_seq_err;
         }
         self.report
     }
@@ -778,7 +802,7 @@ impl<'a> Sim<'a> {
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
         port.busy_until = self.now + ser;
-        let (delay, link, loss) = (port.delay, port.link, port.loss);
+        let (delay, link, faults) = (port.delay, port.link, port.faults);
         let more = !port.ctrl.is_empty()
             || port.queues.iter().any(|q| !q.is_empty())
             || (host && self.hosts[node].as_ref().is_some_and(|h| h.engine.has_transmit()));
@@ -786,18 +810,70 @@ impl<'a> Sim<'a> {
             self.wake_at_tx_end(p);
         }
         self.report.counters.packet_hops += 1;
-        let lost = !self.link_up[link] || (loss > 0.0 && self.uniform() < loss);
-        if lost {
+        let arrive = self.now + ser + delay;
+        if !self.link_up[link] {
             self.report.counters.dropped_link += 1;
             self.drop_frame(fid);
-        } else {
-            let at = self.now + ser + delay;
-            let port = &mut self.ports[p];
-            port.in_flight.push_back((at, fid));
-            if port.in_flight.len() == 1 {
-                self.push(at, Ev::Arrive(p as u32));
-            }
+            return;
         }
+        let Some(faults) = faults else {
+            self.on_the_wire(p, arrive, fid, true);
+            return;
+        };
+        let len = self.frame(fid).len;
+        let mut last_fifo = self.ports[p].last_fifo;
+        let copies = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
+        self.ports[p].last_fifo = last_fifo;
+        let mut original = Some(fid);
+        for copy in copies.into_iter().flatten() {
+            let id = match original.take() {
+                Some(id) => id,
+                None => {
+                    self.report.counters.duplicated += 1;
+                    self.clone_frame(fid)
+                }
+            };
+            let Some(at) = copy.arrive else {
+                self.report.counters.dropped_link += 1;
+                self.drop_frame(id);
+                continue;
+            };
+            if let Some(bit) = copy.flip_bit {
+                let f = self.frames[id as usize].as_mut().expect("frame");
+                f.buf[bit as usize / 8] ^= 0x80 >> (bit % 8);
+                self.report.counters.corrupted += 1;
+            }
+            // A copy at the in-order time rides the link's queue; one
+            // delayed out of order arrives by an event of its own.
+            self.on_the_wire(p, at, id, at == last_fifo);
+        }
+        if let Some(id) = original {
+            // Two copies both lost: the original was never used.
+            self.free_frame(id);
+        }
+    }
+
+    /// Frame `fid` reaches the far end of port `p`'s link at `at`.
+    fn on_the_wire(&mut self, p: usize, at: Time, fid: u32, in_order: bool) {
+        if !in_order {
+            let peer = self.ports[p].peer;
+            self.push(at, Ev::ArriveOne(peer as u32, fid));
+            return;
+        }
+        let port = &mut self.ports[p];
+        port.in_flight.push_back((at, fid));
+        if port.in_flight.len() == 1 {
+            self.push(at, Ev::Arrive(p as u32));
+        }
+    }
+
+    /// A copy of frame `fid` (a duplicate on a faulty link).
+    fn clone_frame(&mut self, fid: u32) -> u32 {
+        let mut buf = self.bufs.pop().unwrap_or_else(|| vec![0u8; MAX_DATAGRAM]);
+        let f = self.frame(fid);
+        buf[..f.len].copy_from_slice(&f.buf[..f.len]);
+        let copy = Frame { buf, ..*f };
+        self.alloc_frame(copy)
     }
 
     /// Queues a `TxDone` for the end of port `p`'s frame if none is.
@@ -808,10 +884,6 @@ impl<'a> Sim<'a> {
             let at = port.busy_until;
             self.push(at, Ev::TxDone(p as u32));
         }
-    }
-
-    fn uniform(&mut self) -> f64 {
-        (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     fn arrive(&mut self, p: usize, fid: u32) {
@@ -855,7 +927,8 @@ impl<'a> Sim<'a> {
         if !(pause && self.scn.switch.pause_quanta.is_some()) {
             port.pause_epoch[prio as usize] = port.pause_epoch[prio as usize].wrapping_add(1);
         }
-        let epoch = port.pause_epoch[prio as usize];
+        port.wd_epoch[prio as usize] = port.wd_epoch[prio as usize].wrapping_add(1);
+        let epoch = port.wd_epoch[prio as usize];
         let (node, number) = (port.node, port.number);
         let wd_active = port.wd_active & bit != 0;
         self.report.pfc.push(PfcRecord {
@@ -990,7 +1063,7 @@ impl<'a> Sim<'a> {
                 let mark = ect
                     && (qbytes > kmax
                         || (qbytes > kmin
-                            && self.uniform() < pmax * (qbytes - kmin) as f64 / (kmax - kmin) as f64));
+                            && self.rng_ecn.chance(pmax * (qbytes - kmin) as f64 / (kmax - kmin) as f64)));
                 if mark {
                     self.frames[fid as usize].as_mut().expect("frame").ecn = 3;
                     self.report.counters.ecn_marked += 1;
@@ -1008,7 +1081,7 @@ impl<'a> Sim<'a> {
     fn watchdog_check(&mut self, p: usize, q: u8, epoch: u32) {
         let Some(wd) = self.scn.watchdog else { return };
         let port = &self.ports[p];
-        if port.pause_epoch[q as usize] != epoch || port.paused & (1 << q) == 0 {
+        if port.wd_epoch[q as usize] != epoch || port.paused & (1 << q) == 0 {
             return;
         }
         if port.queues[q as usize].is_empty() {
@@ -1033,7 +1106,7 @@ impl<'a> Sim<'a> {
 
     fn watchdog_restore(&mut self, p: usize, q: u8, epoch: u32) {
         let port = &mut self.ports[p];
-        if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) == 0 {
+        if port.wd_epoch[q as usize] == epoch && port.paused & (1 << q) == 0 {
             port.wd_active &= !(1 << q);
         }
     }
@@ -1410,7 +1483,14 @@ mod tests {
                 NodeSpec { kind: NodeKind::Switch, name: "s".into() },
                 NodeSpec { kind: NodeKind::Host, name: "h".into() },
             ],
-            links: vec![LinkSpec { a: 0, b: 1, rate_bps: 100_000_000_000, delay_ps: PS_PER_US, loss: 0.0 }],
+            links: vec![LinkSpec {
+                a: 0,
+                b: 1,
+                rate_bps: 100_000_000_000,
+                delay_ps: PS_PER_US,
+                loss: 0.0,
+                faults: LinkFaults::default(),
+            }],
             flows: vec![],
             switch: SwitchConfig { pause_quanta: Some(100), ..SwitchConfig::hpcc() },
             nic: NicConfig::hpcc(),

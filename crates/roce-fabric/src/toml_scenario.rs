@@ -465,6 +465,48 @@ struct Link {
     delay: Option<Qty>,
     #[serde(skip_serializing_if = "Option::is_none")]
     loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    faults: Option<FaultsT>,
+}
+
+/// `faults = { jitter = "100ns", reorder = 0.01, reorder_delay = "2us",
+/// duplicate = 0.001, corrupt = 0.001 }` on a link.
+#[derive(Debug, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FaultsT {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    jitter: Option<Qty>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reorder: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reorder_delay: Option<Qty>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    duplicate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    corrupt: Option<f64>,
+}
+
+fn link_faults(key: &str, f: &Option<FaultsT>) -> Result<LinkFaults, ScenarioError> {
+    let Some(f) = f else { return Ok(LinkFaults::default()) };
+    let prob = |name: &str, v: Option<f64>| -> Result<f64, ScenarioError> {
+        match v {
+            None => Ok(0.0),
+            Some(p) if (0.0..=1.0).contains(&p) => Ok(p),
+            Some(p) => {
+                Err(bad_value(&format!("{key}.faults.{name}"), &p.to_string(), "a probability, 0 to 1"))
+            }
+        }
+    };
+    let time = |name: &str, q: &Option<Qty>| -> Result<Time, ScenarioError> {
+        q.as_ref().map_or(Ok(0), |q| duration(&format!("{key}.faults.{name}"), q))
+    };
+    Ok(LinkFaults {
+        jitter_ps: time("jitter", &f.jitter)?,
+        reorder: prob("reorder", f.reorder)?,
+        reorder_delay_ps: time("reorder_delay", &f.reorder_delay)?,
+        duplicate: prob("duplicate", f.duplicate)?,
+        corrupt: prob("corrupt", f.corrupt)?,
+    })
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -739,7 +781,7 @@ fn build(text: &str, default_name: Option<String>) -> Result<Scenario, ScenarioE
         let delay_ps = link_delay(&format!("{key}.delay"), &hg.delay)?;
         let loss = link_loss(&format!("{key}.loss"), hg.loss)?;
         for &h in &group_hosts[g] {
-            links.push(LinkSpec { a: h, b: to, rate_bps, delay_ps, loss });
+            links.push(LinkSpec { a: h, b: to, rate_bps, delay_ps, loss, faults: LinkFaults::default() });
         }
     }
     for (i, l) in f.links.iter().enumerate() {
@@ -755,6 +797,7 @@ fn build(text: &str, default_name: Option<String>) -> Result<Scenario, ScenarioE
             rate_bps: link_rate(&format!("{key}.rate"), &l.rate)?,
             delay_ps: link_delay(&format!("{key}.delay"), &l.delay)?,
             loss: link_loss(&format!("{key}.loss"), l.loss)?,
+            faults: link_faults(&key, &l.faults)?,
         });
     }
 
@@ -1242,6 +1285,14 @@ pub fn to_toml(s: &Scenario) -> String {
                 rate: Some(fmt_rate(l.rate_bps)),
                 delay: Some(fmt_time(l.delay_ps)),
                 loss: (l.loss != 0.0).then_some(l.loss),
+                faults: (l.faults != LinkFaults::default()).then(|| FaultsT {
+                    jitter: (l.faults.jitter_ps != 0).then(|| fmt_time(l.faults.jitter_ps)),
+                    reorder: (l.faults.reorder != 0.0).then_some(l.faults.reorder),
+                    reorder_delay: (l.faults.reorder_delay_ps != 0)
+                        .then(|| fmt_time(l.faults.reorder_delay_ps)),
+                    duplicate: (l.faults.duplicate != 0.0).then_some(l.faults.duplicate),
+                    corrupt: (l.faults.corrupt != 0.0).then_some(l.faults.corrupt),
+                }),
             })
             .collect(),
         flows: s
@@ -1651,7 +1702,14 @@ flow_rates = true
         assert_eq!(s.framing, Framing::Ppp);
         assert_eq!(s.stop_ps, Some(2_500 * PS_PER_US));
         assert_eq!(s.deadlock_check_ps, 50 * PS_PER_US);
-        let l = |a, b, rate_bps, delay_ps, loss| LinkSpec { a, b, rate_bps, delay_ps, loss };
+        let l = |a, b, rate_bps, delay_ps, loss| LinkSpec {
+            a,
+            b,
+            rate_bps,
+            delay_ps,
+            loss,
+            faults: LinkFaults::default(),
+        };
         assert_eq!(
             s.links,
             vec![

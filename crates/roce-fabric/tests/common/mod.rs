@@ -10,7 +10,14 @@ pub fn star(hosts: usize, rate: u64, delay_ns: u64) -> Scenario {
     let mut links = Vec::new();
     for i in 1..=hosts {
         nodes.push(NodeSpec { kind: NodeKind::Host, name: format!("h{i}") });
-        links.push(LinkSpec { a: 0, b: i, rate_bps: rate, delay_ps: delay_ns * PS_PER_NS, loss: 0.0 });
+        links.push(LinkSpec {
+            a: 0,
+            b: i,
+            rate_bps: rate,
+            delay_ps: delay_ns * PS_PER_NS,
+            loss: 0.0,
+            faults: LinkFaults::default(),
+        });
     }
     Scenario {
         name: "star".into(),
