@@ -3,7 +3,7 @@
 //! ```text
 //! roce sim hpcc RUN_DIR --topology FILE [--out DIR] [--seed N]
 //! roce sim compare RUN_DIR OUT_DIR
-//! roce sim baseline [BASELINE_DIR] [--out DIR] [--only NAME]...
+//! roce sim baseline [BASELINE_DIR] [--out DIR] [--only NAME]... [--in-process]
 //! roce sim run SCENARIO.toml [--out DIR] [--seed N]
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
 //! ```
@@ -18,6 +18,7 @@
 //! Exit status: 0 on success, 1 when a simulation fails, 2 on bad
 //! arguments or unreadable/malformed files.
 
+mod baseline;
 mod progress;
 mod run;
 mod usage;
@@ -27,8 +28,8 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use roce_fabric::compare::{compare, CompareError, Comparison};
-use roce_fabric::hpcc::{self, HpccConfig, HpccError};
+use roce_fabric::compare::{compare, CompareError};
+use roce_fabric::hpcc::{self, HpccError};
 use roce_fabric::summary::summary_json;
 use roce_fabric::{simulate, Ending, FabricError, Report, Scenario, PS_PER_S};
 use serde_json::json;
@@ -37,8 +38,6 @@ use self::usage::{Meter, Usage};
 
 /// Where output goes by default, under the current directory.
 const DEFAULT_OUT_ROOT: &str = "sim-out";
-/// The baseline data, relative to the directory holding the repository.
-const BASELINE_REL: &str = "shared/fabric-sim-baseline";
 /// Exit status of a failed simulation.
 const EXIT_SIM_FAILED: u8 = 1;
 /// Exit status of bad arguments or files.
@@ -53,7 +52,7 @@ pub enum SimCommand {
     /// each): FCT ratios, slowdown percentiles per size bin, PFC counts.
     Compare(CompareArgs),
     /// Simulate every run of the HPCC baseline and compare each with it.
-    Baseline(BaselineArgs),
+    Baseline(baseline::BaselineArgs),
     /// Simulate a TOML scenario or a built-in one; writes plots too.
     Run(run::RunArgs),
 }
@@ -79,19 +78,6 @@ pub struct CompareArgs {
     pub run_dir: PathBuf,
     /// Our output directory.
     pub out_dir: PathBuf,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct BaselineArgs {
-    /// The baseline (with runs/ and topologies/; default: shared/fabric-sim-baseline
-    /// beside the repository, looked for from the current directory up).
-    pub baseline_dir: Option<PathBuf>,
-    /// Output root: each run goes to DIR/<run name> (default: sim-out).
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
-    /// Only this run (repeatable).
-    #[arg(long, value_name = "NAME")]
-    pub only: Vec<String>,
 }
 
 /// Why a `roce sim` command failed.
@@ -132,7 +118,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
     let result = match cmd {
         SimCommand::Hpcc(args) => cmd_hpcc(args),
         SimCommand::Compare(args) => cmd_compare(args),
-        SimCommand::Baseline(args) => cmd_baseline(args),
+        SimCommand::Baseline(args) => baseline::cmd_baseline(args),
         SimCommand::Run(args) => run::cmd_run(args),
     };
     match result {
@@ -144,10 +130,10 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
     }
 }
 
-/// What one simulation produced.
+/// What one simulation produced (its CPU time and memory are in the
+/// summary it wrote).
 pub struct Outcome {
     pub report: Report,
-    pub usage: Usage,
 }
 
 fn default_out(name: &str) -> PathBuf {
@@ -180,7 +166,7 @@ pub fn simulate_and_write(scn: &Scenario, out_dir: &Path, payload: u64) -> Resul
         writeln!(w)
     })?;
     print_summary(scn, &report, &usage, out_dir);
-    Ok(Outcome { report, usage })
+    Ok(Outcome { report })
 }
 
 fn write_file(
@@ -254,150 +240,13 @@ fn cmd_compare(args: &CompareArgs) -> Result<ExitCode, SimCliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The baseline directory: given, or `shared/fabric-sim-baseline` in the
-/// current directory or one of its ancestors, or beside the repository
-/// this binary was built from.
-fn locate_baseline(given: Option<&Path>) -> Result<PathBuf, SimCliError> {
-    if let Some(dir) = given {
-        return if dir.join("runs").is_dir() {
-            Ok(dir.to_path_buf())
-        } else {
-            Err(SimCliError::Usage(format!("{}: no runs/ directory in it", dir.display())))
-        };
-    }
-    let mut candidates: Vec<PathBuf> = std::env::current_dir()
-        .map(|cwd| cwd.ancestors().map(|a| a.join(BASELINE_REL)).collect())
-        .unwrap_or_default();
-    candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../..").join(BASELINE_REL));
-    let found = candidates.into_iter().find(|d| d.join("runs").is_dir());
-    found.map(|d| d.canonicalize().unwrap_or(d)).ok_or_else(|| {
-        SimCliError::Usage(format!(
-            "no {BASELINE_REL} found from the current directory up; give BASELINE_DIR"
-        ))
-    })
-}
-
-/// The run directories of a baseline, sorted, restricted to `only`.
-fn baseline_runs(base: &Path, only: &[String]) -> Result<Vec<PathBuf>, SimCliError> {
-    let runs_dir = base.join("runs");
-    let mut runs: Vec<PathBuf> = std::fs::read_dir(&runs_dir)
-        .map_err(io_err(&runs_dir))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.join("config.txt").is_file())
-        .collect();
-    runs.sort();
-    for name in only {
-        if !runs.iter().any(|r| r.file_name().is_some_and(|n| n == name.as_str())) {
-            return Err(SimCliError::Usage(format!("no run named {name:?} in {}", runs_dir.display())));
-        }
-    }
-    if !only.is_empty() {
-        runs.retain(|r| r.file_name().is_some_and(|n| only.iter().any(|o| n == o.as_str())));
-    }
-    Ok(runs)
-}
-
-/// One line of the final table of `roce sim baseline`.
-struct BaselineRow {
-    run: String,
-    result: Result<(Outcome, Comparison), String>,
-}
-
-fn run_one_baseline(
-    base: &Path,
-    run_dir: &Path,
-    out_root: &Path,
-) -> Result<(Outcome, Comparison), SimCliError> {
-    let cfg = HpccConfig::read(&run_dir.join("config.txt"))?;
-    let topo_name = cfg.topology_file.as_deref().ok_or_else(|| {
-        SimCliError::Usage(format!("{}: no TOPOLOGY_FILE", run_dir.join("config.txt").display()))
-    })?;
-    let topo_file = Path::new(topo_name).file_name().unwrap_or(topo_name.as_ref());
-    let run = load_hpcc(run_dir, &base.join("topologies").join(topo_file), None)?;
-    let out = out_root.join(&run.scenario.name);
-    let outcome = simulate_and_write(&run.scenario, &out, u64::from(run.payload()))?;
-    let comparison = compare(run_dir, &out)?;
-    Ok((outcome, comparison))
-}
-
-fn cmd_baseline(args: &BaselineArgs) -> Result<ExitCode, SimCliError> {
-    let base = locate_baseline(args.baseline_dir.as_deref())?;
-    let runs = baseline_runs(&base, &args.only)?;
-    let out_root = args.out.clone().unwrap_or_else(|| PathBuf::from(DEFAULT_OUT_ROOT));
-    let mut rows = Vec::new();
-    for run_dir in runs {
-        let run = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        println!("==== {run}");
-        let result = run_one_baseline(&base, &run_dir, &out_root);
-        match &result {
-            Ok((_, comparison)) => print!("{comparison}"),
-            Err(e) => println!("FAILED: {e}"),
-        }
-        println!();
-        rows.push(BaselineRow { run, result: result.map_err(|e| e.to_string()) });
-    }
-    print_baseline_table(&rows);
-    let failed = rows.iter().any(|r| r.result.is_err());
-    Ok(if failed { ExitCode::from(EXIT_SIM_FAILED) } else { ExitCode::SUCCESS })
-}
-
-fn print_baseline_table(rows: &[BaselineRow]) {
-    println!("(baseline CPU seconds: see the baseline README's table)");
-    println!(
-        "{:<24} {:>10} {:>9} {:>12} {:>9}  {:<26} ending",
-        "run", "our CPU s", "wall s", "Mhops/CPU s", "max FCT", "slowdown p50/p95/p99 ratio"
-    );
-    for row in rows {
-        match &row.result {
-            Err(e) => println!("{:<24} FAILED: {e}", row.run),
-            Ok((o, c)) => {
-                let cpu = o.usage.user_cpu_s;
-                let hops = cpu.filter(|&s| s > 0.0).map(|s| o.report.counters.packet_hops as f64 / s / 1e6);
-                let sd = match (c.overall.baseline, c.overall.ours) {
-                    (Some(b), Some(u)) => {
-                        format!("{:.3} / {:.3} / {:.3}", u.p50 / b.p50, u.p95 / b.p95, u.p99 / b.p99)
-                    }
-                    _ => "-".into(),
-                };
-                println!(
-                    "{:<24} {:>10} {:>9.2} {:>12} {:>9}  {:<26} {}",
-                    row.run,
-                    cpu.map_or("?".into(), |s| format!("{s:.2}")),
-                    o.usage.wall_s,
-                    hops.map_or("?".into(), |h| format!("{h:.2}")),
-                    c.fct_ratio_max().map_or("-".into(), |r| format!("{r:.4}")),
-                    sd,
-                    describe_ending(&o.report.ending)
-                );
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_baseline_is_a_usage_error() {
-        let e = locate_baseline(Some(Path::new("/nonexistent-baseline"))).unwrap_err();
-        assert!(matches!(e, SimCliError::Usage(_)));
-        assert_eq!(e.exit_code(), ExitCode::from(EXIT_USAGE));
-    }
-
-    #[test]
-    fn unknown_only_names_are_rejected() {
-        let Ok(base) = locate_baseline(None) else { return };
-        let runs = baseline_runs(&base, &[]).unwrap();
-        assert_eq!(runs.len(), 8);
-        let one = baseline_runs(&base, &["victim_alone".into()]).unwrap();
-        assert_eq!(one.len(), 1);
-        assert!(matches!(baseline_runs(&base, &["nope".into()]), Err(SimCliError::Usage(_))));
-    }
-
-    #[test]
     fn a_small_hpcc_run_writes_its_files() {
-        use roce_fabric::hpcc::{parse_flows, scenario_from_parts, Topology};
+        use roce_fabric::hpcc::{parse_flows, scenario_from_parts, HpccConfig, Topology};
         let topo =
             Topology::parse("3 1 2\n0\n0 1 100Gbps 1us 0\n0 2 100Gbps 1us 0\n", Path::new("t")).unwrap();
         let flows = parse_flows("1\n1 2 3 100 20000 2\n", Path::new("f")).unwrap();

@@ -14,6 +14,10 @@
 //!   integer division), each labelled by its size range; only with at
 //!   least [`MIN_FLOWS_FOR_BINS`] matched flows of more than one size.
 //!
+//! Each file's completion time is its largest FCT (the time the last flow
+//! took: the run's completion when, as in the incasts, every flow starts
+//! at once), compared with the mean FCT over all its flows.
+//!
 //! Flows are matched by (source host, destination host, size, start):
 //! source ports differ between simulators, and the artifact's start times
 //! can be 1 ns below ours (it converts the start seconds through a
@@ -119,6 +123,24 @@ pub struct RatioStats {
     pub max: f64,
 }
 
+/// A file's largest and mean FCT, over all its flows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FctTotals {
+    pub flows: usize,
+    /// The largest FCT (ns): the completion time of the last flow.
+    pub last_ns: u64,
+    pub mean_ns: f64,
+}
+
+impl FctTotals {
+    /// `None` when there are no flows.
+    pub fn of(lines: &[FctLine]) -> Option<FctTotals> {
+        let last_ns = lines.iter().map(|l| l.fct_ns).max()?;
+        let mean_ns = lines.iter().map(|l| l.fct_ns as f64).sum::<f64>() / lines.len() as f64;
+        Some(FctTotals { flows: lines.len(), last_ns, mean_ns })
+    }
+}
+
 /// PFC frames received, by node type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PfcCounts {
@@ -186,6 +208,9 @@ pub struct Comparison {
     pub unmatched_ours: Vec<FctLine>,
     /// Over the matched flows.
     pub fct_ratio: Option<RatioStats>,
+    /// Each file's largest and mean FCT, over all its flows.
+    pub baseline_fct: Option<FctTotals>,
+    pub ours_fct: Option<FctTotals>,
     /// Each file over all its flows.
     pub overall: SlowdownPair,
     pub bins: Vec<BinStats>,
@@ -196,6 +221,18 @@ impl Comparison {
     /// The largest FCT ratio (ours / baseline), if any flow matched.
     pub fn fct_ratio_max(&self) -> Option<f64> {
         self.fct_ratio.map(|r| r.max)
+    }
+
+    /// Our largest FCT over the baseline's (the completion times).
+    pub fn last_fct_ratio(&self) -> Option<f64> {
+        let (b, o) = (self.baseline_fct?, self.ours_fct?);
+        (b.last_ns > 0).then(|| o.last_ns as f64 / b.last_ns as f64)
+    }
+
+    /// Our mean FCT over the baseline's.
+    pub fn mean_fct_ratio(&self) -> Option<f64> {
+        let (b, o) = (self.baseline_fct?, self.ours_fct?);
+        (b.mean_ns > 0.0).then(|| o.mean_ns / b.mean_ns)
     }
 
     /// Compares already-read files.
@@ -223,6 +260,8 @@ impl Comparison {
             unmatched_baseline,
             unmatched_ours,
             fct_ratio,
+            baseline_fct: FctTotals::of(base_fct),
+            ours_fct: FctTotals::of(ours_fct),
             overall,
             pfc: compare_pfc(base_pfc, ours_pfc),
         }
@@ -425,6 +464,23 @@ impl fmt::Display for Comparison {
         }
         if let Some(r) = self.fct_ratio {
             writeln!(f, "FCT ratio ours/baseline: min {:.4}  mean {:.4}  max {:.4}", r.min, r.mean, r.max)?;
+        }
+        if let (Some(b), Some(o)) = (self.baseline_fct, self.ours_fct) {
+            let us = |ns: f64| ns / 1e3;
+            writeln!(
+                f,
+                "completion (largest FCT): baseline {:.3} us, ours {:.3} us, ratio {:.4}",
+                us(b.last_ns as f64),
+                us(o.last_ns as f64),
+                ratio(o.last_ns as f64, b.last_ns as f64)
+            )?;
+            writeln!(
+                f,
+                "mean FCT (all flows):     baseline {:.3} us, ours {:.3} us, ratio {:.4}",
+                us(b.mean_ns),
+                us(o.mean_ns),
+                ratio(o.mean_ns, b.mean_ns)
+            )?;
         }
         writeln!(f, "slowdown = fct/standalone (>= 1); percentile p = sorted[floor(n p)]; bins = 5% of matched flows by size")?;
         writeln!(

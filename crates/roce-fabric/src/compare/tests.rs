@@ -146,3 +146,28 @@ fn missing_files_are_errors() {
         Err(CompareError::Read(_))
     ));
 }
+
+#[test]
+fn completion_and_mean_fct_over_each_whole_file() {
+    let base = [fct(1, 2, 100, 0, 1000, 500), fct(3, 2, 100, 0, 3000, 500)];
+    // Ours has a flow the baseline has not: it counts in our totals.
+    let ours = [fct(1, 2, 100, 0, 1500, 500), fct(3, 2, 100, 0, 2500, 500), fct(4, 2, 100, 0, 5000, 500)];
+    let c = Comparison::from_lines(Path::new("b"), Path::new("o"), &base, &ours, &[], &[]);
+    assert_eq!(c.baseline_fct, Some(FctTotals { flows: 2, last_ns: 3000, mean_ns: 2000.0 }));
+    assert_eq!(c.ours_fct, Some(FctTotals { flows: 3, last_ns: 5000, mean_ns: 3000.0 }));
+    assert_eq!(c.last_fct_ratio(), Some(5000.0 / 3000.0));
+    assert_eq!(c.mean_fct_ratio(), Some(1.5));
+    let text = c.to_string();
+    assert!(
+        text.contains("completion (largest FCT): baseline 3.000 us, ours 5.000 us, ratio 1.6667"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mean FCT (all flows):     baseline 2.000 us, ours 3.000 us, ratio 1.5000"),
+        "{text}"
+    );
+    let empty = Comparison::from_lines(Path::new("b"), Path::new("o"), &[], &ours, &[], &[]);
+    assert_eq!(empty.baseline_fct, None);
+    assert_eq!(empty.last_fct_ratio(), None);
+    assert_eq!(empty.mean_fct_ratio(), None);
+}
