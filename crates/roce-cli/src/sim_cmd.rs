@@ -70,6 +70,14 @@ pub struct HpccArgs {
     /// Seed (default: the scenario's, 1).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// IB path MTU of the NICs instead of the one for PACKET_PAYLOAD_SIZE
+    /// (256, 512, 1024, 2048 or 4096).
+    #[arg(long, value_name = "BYTES")]
+    pub mtu: Option<u32>,
+    /// Ask for an ACK every N packets (1: an ACK per packet, as the HPCC
+    /// NIC; default 64).
+    #[arg(long, value_name = "N")]
+    pub ack_every: Option<u32>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -228,7 +236,13 @@ fn load_hpcc(run_dir: &Path, topology: &Path, seed: Option<u64>) -> Result<hpcc:
 }
 
 fn cmd_hpcc(args: &HpccArgs) -> Result<ExitCode, SimCliError> {
-    let run = load_hpcc(&args.run_dir, &args.topology, args.seed)?;
+    let mut run = load_hpcc(&args.run_dir, &args.topology, args.seed)?;
+    if let Some(mtu) = args.mtu {
+        run.scenario.nic.mtu = mtu;
+    }
+    if let Some(n) = args.ack_every {
+        run.scenario.nic.ack_req_every = n;
+    }
     let out = args.out.clone().unwrap_or_else(|| default_out(&run.scenario.name));
     simulate_and_write(&run.scenario, &out, u64::from(run.payload()))?;
     Ok(ExitCode::SUCCESS)
