@@ -32,6 +32,8 @@
 //! b = "s1"
 //! rate = "400G"              # optional with [link_defaults]
 //! delay = "500ns"
+//! loss = 0.0                 # optional; and further faults, each optional:
+//! faults = { jitter = "0ns", reorder = 0.0, reorder_delay = "0ns", duplicate = 0.0, corrupt = 0.0 }
 //!
 //! [[links]]
 //! a = "x"
@@ -1995,10 +1997,47 @@ flow_rates = true
             crate::builtin::NAMES.iter().map(|n| crate::builtin::scenario(n).unwrap()).collect();
         all.push(from_str(FULL).unwrap());
         all.push(with("").unwrap());
+        let mut faulty = with("").unwrap();
+        faulty.links[0].loss = 0.01;
+        faulty.links[0].faults = LinkFaults {
+            jitter_ps: 100 * PS_PER_NS,
+            reorder: 0.02,
+            reorder_delay_ps: 2 * PS_PER_US,
+            duplicate: 0.003,
+            corrupt: 0.001,
+        };
+        all.push(faulty);
         for s in &all {
             let text = to_toml(s);
             let back = from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
             assert_eq!(&back, s, "{text}");
+        }
+    }
+
+    #[test]
+    fn link_faults_are_read_and_checked() {
+        let s = with(
+            "[[links]]\na = \"s\"\nb = \"t\"\nfaults = { jitter = \"50ns\", reorder = 0.1, reorder_delay = \"1us\", duplicate = 0.2, corrupt = 0.3 }\n",
+        )
+        .unwrap();
+        let f = s.links.last().unwrap().faults;
+        assert_eq!(
+            f,
+            LinkFaults {
+                jitter_ps: 50 * PS_PER_NS,
+                reorder: 0.1,
+                reorder_delay_ps: PS_PER_US,
+                duplicate: 0.2,
+                corrupt: 0.3
+            }
+        );
+        for (bad, key) in [
+            ("faults = { corrupt = 1.5 }", "links[4].faults.corrupt"),
+            ("faults = { jitter = \"soon\" }", "links[4].faults.jitter"),
+            ("faults = { drop = 0.1 }", "drop"),
+        ] {
+            let e = with(&format!("[[links]]\na = \"s\"\nb = \"t\"\n{bad}\n")).unwrap_err().to_string();
+            assert!(e.contains(key), "{bad}: {e}");
         }
     }
 
