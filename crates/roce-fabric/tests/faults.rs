@@ -41,3 +41,23 @@ fn flows_complete_over_faulty_links_and_corruption_is_caught() {
     let other = simulate(&s, None).unwrap();
     assert_ne!(other.counters, r.counters);
 }
+
+#[test]
+fn a_link_down_for_a_while_costs_a_retry_and_loses_nothing() {
+    let mut s = star(2, 100_000_000_000, 1000);
+    s.nic.cc = "none".into();
+    s.flows.push(flow(1, 2, 1_000_000, 0));
+    let alone = simulate(&s, None).unwrap().fct[0].fct_ps;
+    // The sender's link goes down mid-flow and comes back 100 us later.
+    s.events.push(TimedEvent { at_ps: 20 * PS_PER_US, kind: EventKind::LinkDown { link: 0 } });
+    s.events.push(TimedEvent { at_ps: 120 * PS_PER_US, kind: EventKind::LinkUp { link: 0 } });
+    let r = simulate(&s, None).unwrap();
+    assert_eq!(r.ending, Some(Ending::Completed));
+    let c = r.counters;
+    assert!(c.dropped_link > 0, "{c:?}");
+    // Everything sent into the dead link was lost; the requester's ACK
+    // timer (16.8 ms) brought the flow back.
+    assert!(c.retry_timeouts >= 1, "{c:?}");
+    assert!(r.fct[0].fct_ps > alone + 16 * PS_PER_MS, "{} vs {alone}", r.fct[0].fct_ps);
+    assert_eq!(c.flows_failed, 0);
+}
