@@ -168,6 +168,11 @@ impl Engine {
         self.res.events.pop_front()
     }
 
+    /// Whether an asynchronous event is waiting for `poll_event`.
+    pub fn has_event(&self) -> bool {
+        !self.res.events.is_empty()
+    }
+
     /// A random initial PSN (IBTA leaves the choice to the consumer; a
     /// predictable one eases spoofing).
     pub fn random_psn(&mut self) -> Psn {

@@ -289,6 +289,22 @@ impl Device {
         self.shared().lock().engine.poll_event()
     }
 
+    /// Wakes `waker` once an asynchronous event waits for `poll_event`:
+    /// returns true (and keeps nothing) if one waits already, otherwise
+    /// keeps the waker, which the driver wakes after the progress that
+    /// raises one. Checked and kept under the device lock, so no event
+    /// slips in between. A C library's event file descriptor rests on it.
+    pub fn arm_event_waker(&self, waker: &std::task::Waker) -> bool {
+        let mut core = self.shared().lock();
+        if core.engine.has_event() {
+            return true;
+        }
+        if !core.event_wakers.iter().any(|w| w.will_wake(waker)) {
+            core.event_wakers.push(waker.clone());
+        }
+        false
+    }
+
     /// A random initial PSN from the engine's CSPRNG.
     pub fn random_psn(&self) -> Psn {
         self.shared().lock().engine.random_psn()
@@ -562,6 +578,11 @@ pub struct Cq {
 pub const WC_ZERO: Wc = Wc::EMPTY;
 
 impl Cq {
+    /// The engine's identifier (what `AsyncEvent::CqErr` names).
+    pub fn id(&self) -> CqId {
+        self.inner.id
+    }
+
     /// Takes the completions that are ready (`ibv_poll_cq`). In busy-poll
     /// mode this also drives the network.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
@@ -610,6 +631,25 @@ impl Cq {
 }
 
 impl Cq {
+    /// Wakes `waker` once the CQ holds a completion, consuming none:
+    /// returns true (and keeps nothing) if it holds one already, otherwise
+    /// keeps the waker, which is woken after the next progress that may
+    /// have produced completions (the woken party checks again: the wake
+    /// is for the device, not this CQ). Checked and kept under the device
+    /// lock, so no completion slips in between: what a completion channel
+    /// (`ibv_req_notify_cq`) rests on.
+    pub fn arm_waker(&self, waker: &std::task::Waker) -> bool {
+        let sh = &self.inner.dev.inner.shared;
+        let mut core = sh.lock();
+        if core.engine.cq_len(self.inner.id) > 0 {
+            return true;
+        }
+        if !core.cq_wakers.iter().any(|w| w.will_wake(waker)) {
+            core.cq_wakers.push(waker.clone());
+        }
+        false
+    }
+
     /// Waits, without blocking a thread, until at least one completion is
     /// ready, and takes up to `out.len()` of them: the `async` flavour of
     /// `wait` (an `ibv_get_cq_event` on a completion channel, then
@@ -877,6 +917,27 @@ impl Qp {
         for wr in wrs {
             if let Err(e) = core.engine.post_send(self.qpn, wr) {
                 r = Err(e.into());
+                break;
+            }
+        }
+        sh.kick(core);
+        r
+    }
+
+    /// Posts send WRs in order under one lock and one flush, stopping at
+    /// the first the engine refuses: `Err((i, e))` says the `i`-th (from 0)
+    /// was refused and those before it were posted (`ibv_post_send`'s
+    /// `bad_wr`).
+    pub fn post_send_each(
+        &self,
+        wrs: impl IntoIterator<Item = SendWr>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        let mut r = Ok(());
+        for (i, wr) in wrs.into_iter().enumerate() {
+            if let Err(e) = core.engine.post_send(self.qpn, wr) {
+                r = Err((i, e.into()));
                 break;
             }
         }
