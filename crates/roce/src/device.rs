@@ -631,6 +631,30 @@ impl Cq {
 }
 
 impl Cq {
+    /// Takes the completions that are ready; if there are none, sleeps
+    /// until the driver's next progress (or `timeout`) and takes what that
+    /// brought, possibly nothing. For C programs that spin on an empty CQ:
+    /// their spinning would otherwise keep the driver thread from the CPU
+    /// and the device lock, and a completion on another CQ still ends the
+    /// sleep, so a program polling several CQs in turn is not held up.
+    pub fn poll_or_doze(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
+        let sh = &self.inner.dev.inner.shared;
+        let mut core = sh.lock();
+        if sh.busy_poll {
+            let now = sh.now();
+            core.progress_deferred(now)?;
+            return Ok(core.engine.poll_cq(self.inner.id, out)?);
+        }
+        let n = core.engine.poll_cq(self.inner.id, out)?;
+        if n > 0 || timeout.is_zero() {
+            return Ok(n);
+        }
+        core.cq_waiters += 1;
+        core = sh.cq_cond.wait_timeout(core, timeout).unwrap_or_else(|p| p.into_inner()).0;
+        core.cq_waiters -= 1;
+        Ok(core.engine.poll_cq(self.inner.id, out)?)
+    }
+
     /// Wakes `waker` once the CQ holds a completion, consuming none:
     /// returns true (and keeps nothing) if it holds one already, otherwise
     /// keeps the waker, which is woken after the next progress that may
