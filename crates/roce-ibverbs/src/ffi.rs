@@ -218,7 +218,15 @@ fn close_dev(name: &str) {
     if let Some(i) = open.iter().position(|o| o.0 == name) {
         open[i].2 -= 1;
         if open[i].2 == 0 {
-            open.remove(i);
+            let (name, dev, _) = open.remove(i);
+            if std::env::var_os("ROCE_COUNTERS").is_some() {
+                // `ROCE_COUNTERS=1`: the device's counters on stderr when it
+                // closes (what `roce perf --counters` shows).
+                let c = dev.counters();
+                let nonzero: Vec<String> =
+                    c.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+                eprintln!("libibverbs (roce): {name} counters: {}", nonzero.join(" "));
+            }
         }
     }
 }
@@ -861,6 +869,9 @@ fn wc_to_c(w: &roce::Wc) -> ibv_wc {
     }
 }
 
+/// How long an empty `ibv_poll_cq` waits for the driver's progress.
+const EMPTY_POLL_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
+
 /// `ops.poll_cq`: completions, or a negative number on error.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
@@ -875,7 +886,12 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
         let mut done = 0usize;
         while done < num as usize {
             let want = (num as usize - done).min(buf.len());
-            let n = match q.notify.cq.poll(&mut buf[..want]) {
+            // Programs spin on an empty CQ (perftest, the pingpong
+            // examples) while the driver thread that would fill it needs
+            // the CPU and the device lock: an empty first poll dozes until
+            // the driver's next progress, at most EMPTY_POLL_WAIT.
+            let doze = if done == 0 { EMPTY_POLL_WAIT } else { std::time::Duration::ZERO };
+            let n = match q.notify.cq.poll_or_doze(&mut buf[..want], doze) {
                 Ok(n) => n,
                 Err(e) if done == 0 => return -err(e),
                 Err(_) => break,
