@@ -4,6 +4,7 @@
 //! roce pcap decode FILE [--json] [--pmtu N] [--port P]
 //! roce perf {write,read,send,atomic}-{bw,lat} [SERVER | --loopback] [perftest options]
 //! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
+//! roce exec [--addr ADDR] [--name roce0] -- PROGRAM ARGS...
 //! ```
 //!
 //! Each subcommand lives in its own module; this file only declares the
@@ -14,6 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod exec_cmd;
 mod pcap_cmd;
 mod perf;
 mod ping;
@@ -46,6 +48,9 @@ enum Command {
     },
     /// ibv_rc_pingpong over the UDP driver.
     Ping(ping::PingArgs),
+    /// Run an unmodified verbs program (perftest, ibv_*_pingpong, ...) over
+    /// roce: its libibverbs.so.1 becomes roce's, with one device.
+    Exec(exec_cmd::ExecArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,5 +70,6 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak_cmd::run(&args),
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
+        Command::Exec(args) => exec_cmd::main(&args),
     }
 }
