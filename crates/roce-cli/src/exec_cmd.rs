@@ -50,7 +50,10 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
         dir.join("deps/libroce_ibverbs.so"),
         dir.join("../lib/roce/libibverbs.so.1"),
     ];
-    candidates.iter().find(|p| p.is_file()).cloned().ok_or_else(|| {
+    // cargo leaves a copy beside the binary only when the library itself is
+    // built, and one in `deps` when roce-cli is: the newer is the current one.
+    let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    candidates.iter().filter(|p| p.is_file()).max_by_key(|p| modified(p)).cloned().ok_or_else(|| {
         format!(
             "roce's libibverbs not found beside {} (build it: cargo build -p roce-ibverbs; or give --lib)",
             exe.display()

@@ -1206,8 +1206,10 @@ fn mtu(m: c_int) -> R<PathMtu> {
 }
 
 /// An address vector from `ibv_ah_attr`: RoCE needs the GRH (the
-/// destination GID is the IP address).
-fn av_of(a: &ibv_ah_attr) -> R<AddressVector> {
+/// destination GID is the IP address). The peer's device is taken to use
+/// this device's UDP port (4791 unless configured otherwise): verbs
+/// programs exchange no port.
+fn av_of(a: &ibv_ah_attr, udp_port: u16) -> R<AddressVector> {
     if a.is_global == 0 {
         return Err(EINVAL);
     }
@@ -1217,7 +1219,7 @@ fn av_of(a: &ibv_ah_attr) -> R<AddressVector> {
         traffic_class: a.grh.traffic_class,
         hop_limit: if a.grh.hop_limit == 0 { 64 } else { a.grh.hop_limit },
         flow_label: a.grh.flow_label,
-        udp_port: None,
+        udp_port: Some(udp_port),
     })
 }
 
@@ -1256,7 +1258,8 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
             x.path_mtu = mtu(a.path_mtu)?;
         }
         if m.contains(AttrMask::AV) {
-            x.av = av_of(&a.ah_attr)?;
+            let port = unsafe { ctx_obj(q.ibv.context) }?.dev.local_addr().port();
+            x.av = av_of(&a.ah_attr, port)?;
         }
         x.qkey = a.qkey;
         x.rq_psn = roce::Psn::new(a.rq_psn);
@@ -1450,7 +1453,11 @@ fn create_ah(pd: *mut ibv_pd, av: AddressVector) -> R<*mut ibv_ah> {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    ret_ptr(|| create_ah(pd, av_of(unsafe { attr.as_ref() }.ok_or(EINVAL)?)?))
+    ret_ptr(|| {
+        let p: &PdObj = unsafe { obj(pd) }?;
+        let port = unsafe { ctx_obj(p.ibv.context) }?.dev.local_addr().port();
+        create_ah(pd, av_of(unsafe { attr.as_ref() }.ok_or(EINVAL)?, port)?)
+    })
 }
 
 /// The address a UD receive came from, read from the 40-byte GRH area at
@@ -1503,7 +1510,8 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
         if unsafe { ibv_init_ah_from_wc(p.ibv.context, port, wc, grh, &mut a) } != 0 {
             return Err(EINVAL);
         }
-        create_ah(pd, av_of(&a)?)
+        let port = unsafe { ctx_obj(p.ibv.context) }?.dev.local_addr().port();
+        create_ah(pd, av_of(&a, port)?)
     })
 }
 
