@@ -872,6 +872,19 @@ fn wc_to_c(w: &roce::Wc) -> ibv_wc {
 /// How long an empty `ibv_poll_cq` waits for the driver's progress.
 const EMPTY_POLL_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
 
+/// `EMPTY_POLL_WAIT`, or `ROCE_POLL_DOZE_US` microseconds (0: an empty
+/// poll returns at once).
+fn empty_poll_wait() -> std::time::Duration {
+    static W: OnceLock<std::time::Duration> = OnceLock::new();
+    *W.get_or_init(|| {
+        std::env::var("ROCE_POLL_DOZE_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(std::time::Duration::from_micros)
+            .unwrap_or(EMPTY_POLL_WAIT)
+    })
+}
+
 /// `ops.poll_cq`: completions, or a negative number on error.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
@@ -889,9 +902,21 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
             // Programs spin on an empty CQ (perftest, the pingpong
             // examples) while the driver thread that would fill it needs
             // the CPU and the device lock: an empty first poll dozes until
-            // the driver's next progress, at most EMPTY_POLL_WAIT.
-            let doze = if done == 0 { EMPTY_POLL_WAIT } else { std::time::Duration::ZERO };
-            let n = match q.notify.cq.poll_or_doze(&mut buf[..want], doze) {
+            // a completion comes, at most EMPTY_POLL_WAIT.
+            let mut r = q.notify.cq.poll(&mut buf[..want]);
+            if done == 0 && matches!(r, Ok(0)) && !empty_poll_wait().is_zero() {
+                // The program's other CQs on this device: a completion
+                // there ends the doze.
+                let me = q.notify.cq.id();
+                let others: Vec<roce::CqId> = match unsafe { ctx_obj(q.ibv.context) } {
+                    Ok(c) => {
+                        lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect()
+                    }
+                    Err(_) => Vec::new(),
+                };
+                r = q.notify.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others);
+            }
+            let n = match r {
                 Ok(n) => n,
                 Err(e) if done == 0 => return -err(e),
                 Err(_) => break,
@@ -1381,15 +1406,23 @@ unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut 
     ret_errno(|| {
         let q: &QpObj = unsafe { obj(qp) }?;
         let is_ud = q.qp.qp_type() == QpType::Ud;
-        let mut ptrs = Vec::new();
-        let mut wrs = Vec::new();
-        let mut p = wr;
         let set_bad = |p: *mut ibv_send_wr| {
             if !bad.is_null() {
                 // SAFETY: the caller's out-parameter.
                 unsafe { *bad = p };
             }
         };
+        // One WR, the common case: no lists to build.
+        if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
+            let r = unsafe { send_wr(w, is_ud) }.and_then(|s| q.qp.post_send(s).map_err(err));
+            if r.is_err() {
+                set_bad(wr);
+            }
+            return r;
+        }
+        let mut ptrs = Vec::new();
+        let mut wrs = Vec::new();
+        let mut p = wr;
         while let Some(w) = unsafe { p.as_ref() } {
             let s = match unsafe { send_wr(w, is_ud) } {
                 Ok(s) => s,

@@ -632,27 +632,34 @@ impl Cq {
 
 impl Cq {
     /// Takes the completions that are ready; if there are none, sleeps
-    /// until the driver's next progress (or `timeout`) and takes what that
-    /// brought, possibly nothing. For C programs that spin on an empty CQ:
-    /// their spinning would otherwise keep the driver thread from the CPU
-    /// and the device lock, and a completion on another CQ still ends the
-    /// sleep, so a program polling several CQs in turn is not held up.
-    pub fn poll_or_doze(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
+    /// until some arrive (and takes them), until one of the CQs `also`
+    /// holds completions (returning 0), or until `timeout` (returning 0).
+    /// For C programs that spin on an empty CQ: their spinning would
+    /// otherwise keep the driver thread from the CPU and the device lock;
+    /// `also` names the program's other CQs, so one polling several in
+    /// turn is not held up by the empty one.
+    pub fn poll_or_doze(&self, out: &mut [Wc], timeout: StdDuration, also: &[CqId]) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
+        let deadline = std::time::Instant::now() + timeout;
         let mut core = sh.lock();
-        if sh.busy_poll {
-            let now = sh.now();
-            core.progress_deferred(now)?;
-            return Ok(core.engine.poll_cq(self.inner.id, out)?);
+        loop {
+            if sh.busy_poll {
+                let now = sh.now();
+                core.progress_deferred(now)?;
+                return Ok(core.engine.poll_cq(self.inner.id, out)?);
+            }
+            let n = core.engine.poll_cq(self.inner.id, out)?;
+            if n > 0 || also.iter().any(|&c| core.engine.cq_len(c) > 0) {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            core.cq_waiters += 1;
+            core = sh.cq_cond.wait_timeout(core, left).unwrap_or_else(|p| p.into_inner()).0;
+            core.cq_waiters -= 1;
         }
-        let n = core.engine.poll_cq(self.inner.id, out)?;
-        if n > 0 || timeout.is_zero() {
-            return Ok(n);
-        }
-        core.cq_waiters += 1;
-        core = sh.cq_cond.wait_timeout(core, timeout).unwrap_or_else(|p| p.into_inner()).0;
-        core.cq_waiters -= 1;
-        Ok(core.engine.poll_cq(self.inner.id, out)?)
     }
 
     /// Wakes `waker` once the CQ holds a completion, consuming none:
