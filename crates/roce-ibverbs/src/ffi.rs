@@ -806,6 +806,7 @@ pub unsafe extern "C" fn ibv_create_cq(
             notify,
             channel: ch.map_or(std::ptr::null(), |c| c as *const ChannelObj),
             users: AtomicUsize::new(0),
+            senders: Mutex::default(),
         });
         // SAFETY: just boxed.
         let r = unsafe { &*o };
@@ -869,11 +870,8 @@ fn wc_to_c(w: &roce::Wc) -> ibv_wc {
     }
 }
 
-/// How long an empty `ibv_poll_cq` waits for the driver's progress.
-const EMPTY_POLL_WAIT: std::time::Duration = std::time::Duration::from_micros(200);
-
-/// `EMPTY_POLL_WAIT`, or `ROCE_POLL_DOZE_US` microseconds (0: an empty
-/// poll returns at once).
+/// How long an empty `ibv_poll_cq` may sleep waiting for a completion:
+/// `ROCE_POLL_DOZE_US` microseconds, 200 by default (0: never).
 fn empty_poll_wait() -> std::time::Duration {
     static W: OnceLock<std::time::Duration> = OnceLock::new();
     *W.get_or_init(|| {
@@ -881,7 +879,7 @@ fn empty_poll_wait() -> std::time::Duration {
             .ok()
             .and_then(|v| v.parse().ok())
             .map(std::time::Duration::from_micros)
-            .unwrap_or(EMPTY_POLL_WAIT)
+            .unwrap_or(std::time::Duration::from_micros(200))
     })
 }
 
@@ -900,21 +898,32 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
         while done < num as usize {
             let want = (num as usize - done).min(buf.len());
             // Programs spin on an empty CQ (perftest, the pingpong
-            // examples) while the driver thread that would fill it needs
-            // the CPU and the device lock: an empty first poll dozes until
-            // a completion comes, at most EMPTY_POLL_WAIT.
+            // examples, UCX's progress loop), and on a small machine a
+            // spinning program keeps the driver thread from the CPU and
+            // the device lock. So an empty first poll drives the network
+            // from the program's thread, and if the CQ is still empty
+            // while sends that complete here are outstanding, sleeps
+            // until a completion comes (at most ROCE_POLL_DOZE_US, 200
+            // us by default), leaving the CPU to the threads that bring
+            // it: the peer's, on a loopback test.
             let mut r = q.notify.cq.poll(&mut buf[..want]);
-            if done == 0 && matches!(r, Ok(0)) && !empty_poll_wait().is_zero() {
-                // The program's other CQs on this device: a completion
-                // there ends the doze.
-                let me = q.notify.cq.id();
-                let others: Vec<roce::CqId> = match unsafe { ctx_obj(q.ibv.context) } {
-                    Ok(c) => {
-                        lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect()
+            if done == 0 && matches!(r, Ok(0)) {
+                if let Ok(c) = unsafe { ctx_obj(q.ibv.context) } {
+                    // An error here is the socket's; the driver thread
+                    // meets and counts it too.
+                    if c.dev.progress().unwrap_or(false) {
+                        r = q.notify.cq.poll(&mut buf[..want]);
                     }
-                    Err(_) => Vec::new(),
-                };
-                r = q.notify.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others);
+                    if matches!(r, Ok(0)) && !empty_poll_wait().is_zero() {
+                        // The program's other CQs on this device: a
+                        // completion there ends the doze.
+                        let me = q.notify.cq.id();
+                        let others: Vec<roce::CqId> =
+                            lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect();
+                        let senders = lock(&q.senders).clone();
+                        r = q.notify.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others, &senders);
+                    }
+                }
             }
             let n = match r {
                 Ok(n) => n,
@@ -1177,6 +1186,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         });
         p.users.fetch_add(1, Ordering::AcqRel);
         scq.users.fetch_add(1, Ordering::AcqRel);
+        lock(&scq.senders).push(qpn);
         rcq.users.fetch_add(1, Ordering::AcqRel);
         if let Some(s) = srq {
             s.users.fetch_add(1, Ordering::AcqRel);
@@ -1195,8 +1205,10 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         lock(&c.events.qps).remove(&q.qp.qpn());
         // SAFETY: what a QP uses outlives it (their destroys fail while used).
         let (pd, scq, rcq, srq) = unsafe { (&*q.pd, &*q.send_cq, &*q.recv_cq, q.srq.as_ref()) };
+        let qpn = q.qp.qpn();
         unsafe { free::<QpObj, _>(qp) };
         pd.users.fetch_sub(1, Ordering::AcqRel);
+        lock(&scq.senders).retain(|&n| n != qpn);
         scq.users.fetch_sub(1, Ordering::AcqRel);
         rcq.users.fetch_sub(1, Ordering::AcqRel);
         if let Some(s) = srq {
@@ -1362,8 +1374,35 @@ pub unsafe extern "C" fn ibv_query_qp(
     })
 }
 
-/// A send WR in the engine's terms.
-unsafe fn send_wr(w: &ibv_send_wr, is_ud: bool) -> R<SendWr> {
+/// The bytes of an inline send, read from the program's memory now.
+/// `IBV_SEND_INLINE` lets the SGEs name any readable memory (their L_Keys
+/// are not checked): the verbs contract is that `[addr, addr + length)` of
+/// each is readable for the call (module docs, point 2), and it is copied
+/// before the call returns.
+unsafe fn inline_bytes(sg: &[Sge]) -> R<Vec<u8>> {
+    let total: u64 = sg.iter().map(|s| u64::from(s.length)).sum();
+    if total > u64::from(limits::MAX_INLINE) {
+        return Err(EINVAL);
+    }
+    let mut v: Vec<u8> = Vec::with_capacity(total as usize);
+    for s in sg.iter().filter(|s| s.length > 0) {
+        let p = s.addr as usize as *const u8;
+        if p.is_null() {
+            return Err(EINVAL);
+        }
+        let at = v.len();
+        // SAFETY: the program vouches for `length` readable bytes at `addr`
+        // for this call; `v` has room for them (total reserved above).
+        unsafe {
+            std::ptr::copy_nonoverlapping(p, v.as_mut_ptr().add(at), s.length as usize);
+            v.set_len(at + s.length as usize);
+        }
+    }
+    Ok(v)
+}
+
+/// A send WR in the engine's terms, with its inline bytes if it has any.
+unsafe fn send_wr(w: &ibv_send_wr, is_ud: bool) -> R<(SendWr, Option<Vec<u8>>)> {
     let sg = unsafe { sges(w.sg_list, w.num_sge) }?;
     // SAFETY: reading the union member the opcode selects (all are plain
     // integers and pointers, so any bytes are a valid value).
@@ -1399,7 +1438,9 @@ unsafe fn send_wr(w: &ibv_send_wr, is_ud: bool) -> R<SendWr> {
         let a: &AhObj = unsafe { obj(ud.ah) }?;
         s.ud = Some(a.ah.dest(ud.remote_qpn, ud.remote_qkey));
     }
-    Ok(s)
+    let data =
+        if s.inline && !s.op.is_read_or_atomic() { Some(unsafe { inline_bytes(&s.sg_list) }?) } else { None };
+    Ok((s, data))
 }
 
 unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
@@ -1414,7 +1455,13 @@ unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut 
         };
         // One WR, the common case: no lists to build.
         if let Some(w) = unsafe { wr.as_ref() }.filter(|w| w.next.is_null()) {
-            let r = unsafe { send_wr(w, is_ud) }.and_then(|s| q.qp.post_send(s).map_err(err));
+            let r = unsafe { send_wr(w, is_ud) }.and_then(|(s, data)| {
+                match data {
+                    Some(d) => q.qp.post_send_inline(s, &d),
+                    None => q.qp.post_send(s),
+                }
+                .map_err(err)
+            });
             if r.is_err() {
                 set_bad(wr);
             }

@@ -180,6 +180,8 @@ pub struct CqObj {
     pub channel: *const ChannelObj,
     /// QPs using it.
     pub users: AtomicUsize,
+    /// The QPNs whose send queue completes here.
+    pub senders: Mutex<Vec<u32>>,
 }
 
 #[repr(C)]

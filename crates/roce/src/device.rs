@@ -632,13 +632,21 @@ impl Cq {
 
 impl Cq {
     /// Takes the completions that are ready; if there are none, sleeps
-    /// until some arrive (and takes them), until one of the CQs `also`
-    /// holds completions (returning 0), or until `timeout` (returning 0).
-    /// For C programs that spin on an empty CQ: their spinning would
-    /// otherwise keep the driver thread from the CPU and the device lock;
-    /// `also` names the program's other CQs, so one polling several in
-    /// turn is not held up by the empty one.
-    pub fn poll_or_doze(&self, out: &mut [Wc], timeout: StdDuration, also: &[CqId]) -> Result<usize> {
+    /// while a completion may still come from the send queues of
+    /// `senders` (QPs with send WRs outstanding), until this CQ has some
+    /// (and takes them), until one of the CQs `also` holds completions
+    /// (returning 0), or until `timeout` (returning 0). For C programs
+    /// that spin on an empty CQ: their spinning would otherwise keep the
+    /// driver thread from the CPU; `also` names the program's other CQs,
+    /// so one polling several in turn is not held up by the empty one,
+    /// and nothing sleeps when no send is outstanding.
+    pub fn poll_or_doze(
+        &self,
+        out: &mut [Wc],
+        timeout: StdDuration,
+        also: &[CqId],
+        senders: &[u32],
+    ) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
         let deadline = std::time::Instant::now() + timeout;
         let mut core = sh.lock();
@@ -649,7 +657,10 @@ impl Cq {
                 return Ok(core.engine.poll_cq(self.inner.id, out)?);
             }
             let n = core.engine.poll_cq(self.inner.id, out)?;
-            if n > 0 || also.iter().any(|&c| core.engine.cq_len(c) > 0) {
+            if n > 0
+                || also.iter().any(|&c| core.engine.cq_len(c) > 0)
+                || senders.iter().all(|&q| core.engine.sq_outstanding(q) == 0)
+            {
                 return Ok(n);
             }
             let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -940,6 +951,17 @@ impl Qp {
         Ok(())
     }
 
+    /// Posts an inline send with its bytes (`Engine::post_send_inline`):
+    /// for a C library, whose program's inline SGEs may name memory no
+    /// region covers.
+    pub fn post_send_inline(&self, wr: SendWr, data: &[u8]) -> Result<()> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        core.engine.post_send_inline(self.qpn, wr, data)?;
+        sh.kick(core);
+        Ok(())
+    }
+
     /// Posts several send WRs under one lock and one flush.
     pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
         let sh = &self.dev().inner.shared;
@@ -959,15 +981,20 @@ impl Qp {
     /// the first the engine refuses: `Err((i, e))` says the `i`-th (from 0)
     /// was refused and those before it were posted (`ibv_post_send`'s
     /// `bad_wr`).
+    /// A WR may come with its inline bytes (`Engine::post_send_inline`).
     pub fn post_send_each(
         &self,
-        wrs: impl IntoIterator<Item = SendWr>,
+        wrs: impl IntoIterator<Item = (SendWr, Option<Vec<u8>>)>,
     ) -> std::result::Result<(), (usize, Error)> {
         let sh = &self.dev().inner.shared;
         let mut core = sh.lock();
         let mut r = Ok(());
-        for (i, wr) in wrs.into_iter().enumerate() {
-            if let Err(e) = core.engine.post_send(self.qpn, wr) {
+        for (i, (wr, data)) in wrs.into_iter().enumerate() {
+            let posted = match data {
+                Some(d) => core.engine.post_send_inline(self.qpn, wr, &d),
+                None => core.engine.post_send(self.qpn, wr),
+            };
+            if let Err(e) = posted {
                 r = Err((i, e.into()));
                 break;
             }
