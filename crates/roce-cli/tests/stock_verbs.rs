@@ -358,3 +358,34 @@ fn errors_are_reported_not_crashed() {
     assert!(o.status.code().is_some(), "killed by a signal: {o:?}");
     assert!(String::from_utf8_lossy(&o.stderr).contains("192.0.2.1"), "{o:?}");
 }
+
+/// `tests/c/verbs_api.c`, compiled against rdma-core's header and linked
+/// against its libibverbs, run over ours: discovery, queries, a completion
+/// channel's fd under poll(2), the async fd under epoll(7), inline sends
+/// of unregistered memory, and the errnos programs check.
+#[test]
+fn c_program_over_the_library() {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        let msg = "missing <infiniband/verbs.h> (apt-get install libibverbs-dev)";
+        assert!(!in_ci(), "{msg}: CI must build the C test");
+        eprintln!("SKIPPED: {msg}");
+        return;
+    }
+    let _g = serial();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/verbs_api.c");
+    let exe = out_dir().join("verbs_api");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = Command::new(&cc).arg("-Wall").arg(&src).arg("-o").arg(&exe).arg("-libverbs").output();
+    let built = match built {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(!in_ci(), "no C compiler ({cc}: {e}) under CI");
+            eprintln!("SKIPPED: no C compiler ({cc}: {e})");
+            return;
+        }
+    };
+    assert!(built.status.success(), "verbs_api.c did not build:\n{}", String::from_utf8_lossy(&built.stderr));
+    let exe = exe.to_string_lossy().into_owned();
+    let out = spawn("verbs_api", &exec_args("127.0.0.1", free_udp_port(), &[&exe])).finish();
+    assert_eq!(out.trim(), "ok", "{out}");
+}
