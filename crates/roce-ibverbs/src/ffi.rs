@@ -381,7 +381,7 @@ pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context
         let dev = open_dev(&dobj.entry)?;
         let events = match crate::objects::EventQueue::new() {
             Ok(queue) => Arc::new(AsyncEvents {
-                dev: dev.clone(),
+                dev: Mutex::new(Some(dev.clone())),
                 queue,
                 qps: Mutex::default(),
                 cqs: Mutex::default(),
@@ -406,6 +406,7 @@ pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
         let c = unsafe { ctx_obj(ctx) }?;
         // SAFETY: device pointers live for the process.
         let name = unsafe { &*c.device }.entry.name.clone();
+        lock(&c.events.dev).take();
         // SAFETY: the context is the program's to close, once.
         unsafe { free::<ContextObj, _>(c as *const ContextObj as *mut ContextObj) };
         close_dev(&name);
@@ -785,7 +786,7 @@ pub unsafe extern "C" fn ibv_create_cq(
         let cq = c.dev.create_cq(cqe as usize).map_err(err)?;
         let id = cq.id().0;
         let notify = Arc::new(CqNotify {
-            cq,
+            armed_cq: Mutex::new(Some(cq.clone())),
             channel: ch.map(|c| c.ch.clone()),
             ibv: AtomicUsize::new(0),
             arm: Mutex::default(),
@@ -803,6 +804,7 @@ pub unsafe extern "C" fn ibv_create_cq(
                 comp_events_completed: 0,
                 async_events_completed: 0,
             },
+            cq,
             notify,
             channel: ch.map_or(std::ptr::null(), |c| c as *const ChannelObj),
             users: AtomicUsize::new(0),
@@ -834,8 +836,9 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                 arm = q.notify.acked_cond.wait(arm).unwrap_or_else(|p| p.into_inner());
             }
         }
+        lock(&q.notify.armed_cq).take();
         let c = unsafe { ctx_obj(q.ibv.context) }?;
-        lock(&c.events.cqs).remove(&q.notify.cq.id().0);
+        lock(&c.events.cqs).remove(&q.cq.id().0);
         if !q.channel.is_null() {
             // SAFETY: a channel outlives its CQs (destroy fails while used).
             unsafe { &*q.channel }.users.fetch_sub(1, Ordering::AcqRel);
@@ -906,22 +909,22 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
             // until a completion comes (at most ROCE_POLL_DOZE_US, 200
             // us by default), leaving the CPU to the threads that bring
             // it: the peer's, on a loopback test.
-            let mut r = q.notify.cq.poll(&mut buf[..want]);
+            let mut r = q.cq.poll(&mut buf[..want]);
             if done == 0 && matches!(r, Ok(0)) {
                 if let Ok(c) = unsafe { ctx_obj(q.ibv.context) } {
                     // An error here is the socket's; the driver thread
                     // meets and counts it too.
                     if c.dev.progress().unwrap_or(false) {
-                        r = q.notify.cq.poll(&mut buf[..want]);
+                        r = q.cq.poll(&mut buf[..want]);
                     }
                     if matches!(r, Ok(0)) && !empty_poll_wait().is_zero() {
                         // The program's other CQs on this device: a
                         // completion there ends the doze.
-                        let me = q.notify.cq.id();
+                        let me = q.cq.id();
                         let others: Vec<roce::CqId> =
                             lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect();
                         let senders = lock(&q.senders).clone();
-                        r = q.notify.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others, &senders);
+                        r = q.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others, &senders);
                     }
                 }
             }
@@ -1148,7 +1151,7 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         if cap.max_inline_data > limits::MAX_INLINE {
             return Err(EINVAL);
         }
-        let mut b = roce::QpBuilder::new(ty, &scq.notify.cq, &rcq.notify.cq)
+        let mut b = roce::QpBuilder::new(ty, &scq.cq, &rcq.cq)
             .max_send_wr(cap.max_send_wr)
             .max_recv_wr(cap.max_recv_wr)
             .max_sge(cap.max_send_sge, cap.max_recv_sge)

@@ -57,7 +57,10 @@ impl<T> EventQueue<T> {
 /// event waker and queued with the library's objects' addresses resolved
 /// when taken.
 pub struct AsyncEvents {
-    pub dev: roce::Device,
+    /// `None` once the context is closed: the driver keeps this (as a
+    /// waker) inside the device, so holding the device here would keep it
+    /// open for ever.
+    pub dev: Mutex<Option<roce::Device>>,
     pub queue: EventQueue<roce::AsyncEvent>,
     /// QPN -> `ibv_qp` address, for events naming a QP.
     pub qps: Mutex<HashMap<u32, usize>>,
@@ -71,12 +74,13 @@ impl AsyncEvents {
     /// Moves the engine's events into the queue, then asks the driver to
     /// wake this again at the next one.
     pub fn drain(self: &Arc<Self>) {
+        let Some(dev) = lock(&self.dev).clone() else { return };
         let waker = Waker::from(self.clone());
         loop {
-            while let Some(e) = self.dev.poll_event() {
+            while let Some(e) = dev.poll_event() {
                 self.queue.push(e);
             }
-            if !self.dev.arm_event_waker(&waker) {
+            if !dev.arm_event_waker(&waker) {
                 break;
             }
         }
@@ -141,7 +145,9 @@ pub struct Arm {
 
 /// What a CQ's notification needs, shared with the waker the driver holds.
 pub struct CqNotify {
-    pub cq: roce::Cq,
+    /// The CQ, for arming; `None` once destroyed (the driver may keep the
+    /// waker, and with it this, until its next progress).
+    pub armed_cq: Mutex<Option<roce::Cq>>,
     pub channel: Option<Arc<Channel>>,
     /// The `ibv_cq`'s address, the event's payload.
     pub ibv: AtomicUsize,
@@ -157,8 +163,9 @@ impl CqNotify {
         if !arm.armed || arm.dead {
             return;
         }
+        let Some(cq) = lock(&self.armed_cq).clone() else { return };
         let waker = Waker::from(self.clone());
-        if self.cq.arm_waker(&waker) {
+        if cq.arm_waker(&waker) {
             arm.armed = false;
             if let Some(ch) = &self.channel {
                 ch.events.push(self.ibv.load(Ordering::Acquire));
@@ -176,6 +183,7 @@ impl Wake for CqNotify {
 #[repr(C)]
 pub struct CqObj {
     pub ibv: ibv_cq,
+    pub cq: roce::Cq,
     pub notify: Arc<CqNotify>,
     pub channel: *const ChannelObj,
     /// QPs using it.

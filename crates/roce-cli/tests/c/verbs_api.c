@@ -156,6 +156,16 @@ int main(void)
     CHECK(ibv_destroy_comp_channel(ch) == 0, "destroy channel");
     CHECK(ibv_dereg_mr(mr) == 0 && ibv_dealloc_pd(pd) == 0, "dereg, dealloc");
     CHECK(ibv_close_device(ctx) == 0, "close");
+
+    /* Closed means closed: the device opens again (its socket was freed). */
+    list = ibv_get_device_list(&n);
+    CHECK(list && n == 1, "list again");
+    ctx = ibv_open_device(list[0]);
+    CHECK(ctx, "open again");
+    ibv_free_device_list(list);
+    pd = ibv_alloc_pd(ctx);
+    CHECK(pd && ibv_dealloc_pd(pd) == 0, "pd again");
+    CHECK(ibv_close_device(ctx) == 0, "close again");
     printf("ok\n");
     return 0;
 }
