@@ -2,7 +2,7 @@
 //! A small C program, compiled with the system's C compiler against
 //! `<infiniband/verbs.h>`, prints each size and field offset; they must
 //! equal Rust's. Without the header or a compiler the test says so and
-//! passes, except under CI (`CI` set), where it fails.
+//! passes, except under CI (`roce_test_support::in_ci`), where it fails.
 
 use std::mem::{offset_of, size_of};
 use std::process::Command;
@@ -128,7 +128,7 @@ fn union_members() -> Vec<Item> {
 }
 
 fn skip_or_fail(why: &str) {
-    if std::env::var_os("CI").is_some() {
+    if roce_test_support::in_ci() {
         panic!("layout test cannot run under CI: {why}");
     }
     eprintln!("SKIPPED: the layout test needs {why} (apt-get install libibverbs-dev gcc)");
