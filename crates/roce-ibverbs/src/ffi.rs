@@ -1565,7 +1565,7 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
     attr: *mut ibv_ah_attr,
 ) -> c_int {
     ret_minus1(|| {
-        let c = unsafe { ctx_obj(ctx) }?;
+        unsafe { ctx_obj(ctx) }?;
         let w = unsafe { wc.as_ref() }.ok_or(EINVAL)?;
         if port != 1 || grh.is_null() || w.wc_flags & roce::WC_GRH == 0 {
             return Err(EINVAL);
@@ -1574,7 +1574,6 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
         let g: [u8; 40] = unsafe { *(grh as *const [u8; 40]) };
         let mut av = AddressVector::new(grh_source(&g));
         av.hop_limit = 64;
-        let _ = c;
         *unsafe { attr.as_mut() }.ok_or(EINVAL)? = ah_attr_of(&av);
         Ok(())
     })
