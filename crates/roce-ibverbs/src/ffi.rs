@@ -854,8 +854,19 @@ pub unsafe extern "C" fn ibv_resize_cq(_cq: *mut ibv_cq, _cqe: c_int) -> c_int {
     EOPNOTSUPP
 }
 
-fn wc_to_c(w: &roce::Wc) -> ibv_wc {
+/// The `sl` of a UD receive over RoCE, as mlx5 devices report it (their
+/// programming manual gives SL no meaning on RoCE and reuses it): bit 3
+/// set for a UDP-encapsulated (RoCEv2) packet, bits 2:0 the network header
+/// (1 IPv6, 2 IPv4). UCX's `ud_verbs` reads it to find the destination GID
+/// in the GRH area, and drops what it cannot match. Peers are of the
+/// device's own address family (the engine refuses mixed ones).
+fn roce_pkt_type(ipv4: bool) -> u8 {
+    0x8 | if ipv4 { 0x2 } else { 0x1 }
+}
+
+fn wc_to_c(w: &roce::Wc, ipv4: bool) -> ibv_wc {
     let imm = if w.wc_flags & roce::WC_WITH_IMM != 0 { w.imm_data.to_be() } else { w.imm_data };
+    let sl = if w.wc_flags & roce::WC_GRH != 0 { roce_pkt_type(ipv4) } else { 0 };
     ibv_wc {
         wr_id: w.wr_id,
         status: w.status as c_int,
@@ -868,7 +879,7 @@ fn wc_to_c(w: &roce::Wc) -> ibv_wc {
         wc_flags: w.wc_flags,
         pkey_index: 0,
         slid: 0,
-        sl: 0,
+        sl,
         dlid_path_bits: 0,
     }
 }
@@ -898,6 +909,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
         }
         let mut buf = [roce::Wc::EMPTY; 32];
         let mut done = 0usize;
+        let ipv4 = q.cq.device().gid().is_ipv4();
         while done < num as usize {
             let want = (num as usize - done).min(buf.len());
             // Programs spin on an empty CQ (perftest, the pingpong
@@ -935,7 +947,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
             };
             for (i, w) in buf[..n].iter().enumerate() {
                 // SAFETY: `wc` holds `num` entries (module docs, point 2).
-                unsafe { wc.add(done + i).write(wc_to_c(w)) };
+                unsafe { wc.add(done + i).write(wc_to_c(w, ipv4)) };
             }
             done += n;
             if n < want {

@@ -583,6 +583,11 @@ impl Cq {
         self.inner.id
     }
 
+    /// The device the CQ belongs to.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
     /// Takes the completions that are ready (`ibv_poll_cq`). In busy-poll
     /// mode this also drives the network.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
