@@ -884,6 +884,9 @@ fn wc_to_c(w: &roce::Wc, ipv4: bool) -> ibv_wc {
     }
 }
 
+/// Send WRs outstanding on a CQ from which an empty poll sleeps.
+const DOZE_BUSY: usize = 2;
+
 /// How long an empty `ibv_poll_cq` may sleep waiting for a completion:
 /// `ROCE_POLL_DOZE_US` microseconds, 200 by default (0: never).
 fn empty_poll_wait() -> std::time::Duration {
@@ -915,28 +918,37 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
             // Programs spin on an empty CQ (perftest, the pingpong
             // examples, UCX's progress loop), and on a small machine a
             // spinning program keeps the driver thread from the CPU and
-            // the device lock. So an empty first poll drives the network
-            // from the program's thread, and if the CQ is still empty
-            // while sends that complete here are outstanding, sleeps
-            // until a completion comes (at most ROCE_POLL_DOZE_US, 200
-            // us by default), leaving the CPU to the threads that bring
-            // it: the peer's, on a loopback test.
+            // the device lock. So while a pipeline of sends that complete
+            // here is outstanding (DOZE_BUSY WRs or more), an empty first
+            // poll sleeps until a completion comes (at most
+            // ROCE_POLL_DOZE_US, 200 us by default), leaving the CPU to
+            // the threads that bring it: the peer's, on a loopback test.
+            // With fewer in flight (a latency test) a sleep's wake-up costs
+            // more than spinning: the poll drives the network from the
+            // program's thread instead.
             let mut r = q.cq.poll(&mut buf[..want]);
             if done == 0 && matches!(r, Ok(0)) {
                 if let Ok(c) = unsafe { ctx_obj(q.ibv.context) } {
-                    // An error here is the socket's; the driver thread
-                    // meets and counts it too.
-                    if c.dev.progress().unwrap_or(false) {
-                        r = q.cq.poll(&mut buf[..want]);
-                    }
-                    if matches!(r, Ok(0)) && !empty_poll_wait().is_zero() {
+                    if !empty_poll_wait().is_zero() {
                         // The program's other CQs on this device: a
                         // completion there ends the doze.
                         let me = q.cq.id();
                         let others: Vec<roce::CqId> =
                             lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect();
                         let senders = lock(&q.senders).clone();
-                        r = q.cq.poll_or_doze(&mut buf[..want], empty_poll_wait(), &others, &senders);
+                        r = q.cq.poll_or_doze(
+                            &mut buf[..want],
+                            empty_poll_wait(),
+                            &others,
+                            &senders,
+                            DOZE_BUSY,
+                        );
+                    }
+                    // Still nothing (no doze, or it ended empty): receive
+                    // here. An error is the socket's; the driver thread
+                    // meets and counts it too.
+                    if matches!(r, Ok(0)) && c.dev.progress().unwrap_or(false) {
+                        r = q.cq.poll(&mut buf[..want]);
                     }
                 }
             }
