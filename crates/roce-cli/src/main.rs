@@ -5,6 +5,7 @@
 //! roce perf {write,read,send,atomic}-{bw,lat} [SERVER | --loopback] [perftest options]
 //! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
 //! roce sim {hpcc,compare,baseline,run} ... (the fabric simulator)
+//! roce exec [--addr ADDR] [--name roce0] -- PROGRAM ARGS...
 //! ```
 //!
 //! Each subcommand lives in its own module; this file only declares the
@@ -15,6 +16,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod exec_cmd;
 mod pcap_cmd;
 mod perf;
 mod ping;
@@ -54,6 +56,9 @@ enum Command {
         #[command(subcommand)]
         command: sim_cmd::SimCommand,
     },
+    /// Run an unmodified verbs program (perftest, ibv_*_pingpong, ...) over
+    /// roce: its libibverbs.so.1 becomes roce's, with one device.
+    Exec(exec_cmd::ExecArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -74,5 +79,6 @@ fn main() -> ExitCode {
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
         Command::Sim { command } => sim_cmd::main(&command),
+        Command::Exec(args) => exec_cmd::main(&args),
     }
 }

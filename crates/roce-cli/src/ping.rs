@@ -435,15 +435,23 @@ fn chk_marker(page: usize) -> u8 {
     (page % std::mem::size_of::<std::ffi::c_char>()) as u8
 }
 
+/// What no peer can make right: checked by each end, and before a
+/// `--loopback` run starts either, so that the error is this one whichever
+/// end would meet it first.
+fn check_args(a: &PingArgs) -> Result<()> {
+    if a.ud && a.size as usize > a.mtu.bytes() {
+        return Err(Error(format!(
+            "a UD message must fit in one packet: -s {} is larger than the path MTU ({})",
+            a.size,
+            a.mtu.bytes()
+        )));
+    }
+    Ok(())
+}
+
 impl End {
     fn open(a: &PingArgs, bind: SocketAddr, pcap: Option<PathBuf>) -> Result<End> {
-        if a.ud && a.size as usize > a.mtu.bytes() {
-            return Err(Error(format!(
-                "a UD message must fit in one packet: -s {} is larger than the path MTU ({})",
-                a.size,
-                a.mtu.bytes()
-            )));
-        }
+        check_args(a)?;
         let mut cfg = DeviceConfig::new(bind);
         cfg.busy_poll = a.busy_poll;
         cfg.pcap = pcap;
@@ -904,6 +912,7 @@ fn run(a: &PingArgs) -> Result<()> {
         if !ip.is_loopback() {
             return Err(Error(format!("--loopback needs a loopback address, not {ip}")));
         }
+        check_args(a)?;
         let l = TcpListener::bind((ip, 0)).context(format!("cannot listen on TCP {ip}"))?;
         let port = l.local_addr().context("TCP listener")?.port();
         let mut sa = a.clone();

@@ -168,6 +168,11 @@ impl Engine {
         self.res.events.pop_front()
     }
 
+    /// Whether an asynchronous event is waiting for `poll_event`.
+    pub fn has_event(&self) -> bool {
+        !self.res.events.is_empty()
+    }
+
     /// A random initial PSN (IBTA leaves the choice to the consumer; a
     /// predictable one eases spoofing).
     pub fn random_psn(&mut self) -> Psn {
@@ -559,6 +564,20 @@ impl Engine {
     /// Posts a send work request (`ibv_post_send`). A QP in ERR (or SQE)
     /// completes it at once with WR_FLUSH_ERR.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), VerbsError> {
+        self.post_send_with(qpn, wr, None)
+    }
+
+    /// Posts an inline send whose bytes the caller hands over: `data` is
+    /// what the SGEs name, concatenated, read by the caller at post time.
+    /// ibverbs' `IBV_SEND_INLINE` lets those SGEs name memory no region
+    /// covers (their L_Keys are not checked), which only the caller, a C
+    /// library reading the program's memory, can read.
+    pub fn post_send_inline(&mut self, qpn: u32, mut wr: SendWr, data: &[u8]) -> Result<(), VerbsError> {
+        wr.inline = true;
+        self.post_send_with(qpn, wr, Some(data))
+    }
+
+    fn post_send_with(&mut self, qpn: u32, wr: SendWr, given: Option<&[u8]>) -> Result<(), VerbsError> {
         if let Some(d) = &wr.ud {
             self.check_av(&d.av)?;
         }
@@ -634,10 +653,15 @@ impl Engine {
                 return Err(Invalid::InlineTooLong { length, max: q.init.cap.max_inline_data }.into());
             }
             let mut data = InlineData::zeroed(length as usize);
-            self.res
-                .mrs
-                .gather(&wr.sg_list, q.init.pd, 0, data.as_mut_slice())
-                .map_err(|_| VerbsError::LocalProtection)?;
+            match given {
+                Some(d) if d.len() as u64 == length => data.as_mut_slice().copy_from_slice(d),
+                Some(d) => return Err(Invalid::InlineDataLength { given: d.len(), length }.into()),
+                None => self
+                    .res
+                    .mrs
+                    .gather(&wr.sg_list, q.init.pd, 0, data.as_mut_slice())
+                    .map_err(|_| VerbsError::LocalProtection)?,
+            }
             Some(data)
         } else {
             None

@@ -568,6 +568,8 @@ pub enum Invalid {
     InlineReadAtomic,
     #[error("{length} bytes of inline data exceed max_inline_data {max}")]
     InlineTooLong { length: u64, max: u32 },
+    #[error("{given} bytes of inline data for SGEs of {length} bytes")]
+    InlineDataLength { given: usize, length: u64 },
     #[error("the QP takes receives from an SRQ")]
     QpUsesSrq,
     #[error("cur_qp_state {given:?} is not the QP's state {actual:?}")]

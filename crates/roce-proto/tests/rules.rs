@@ -735,3 +735,33 @@ fn a_lost_read_response_restarts_the_reads_once() {
     // 13 responses came behind the gap: the first restarted, 12 were ignored.
     assert_eq!(c.out_of_seq_response, 12, "the responses behind the gap, ignored");
 }
+
+/// ibverbs' inline sends: the caller's bytes go out, whatever memory the
+/// SGEs name (no region needs to cover it), and must be as long as the
+/// SGEs say.
+#[test]
+fn inline_send_takes_the_callers_bytes() {
+    let mut p = Pair::new(41);
+    let c = p.connect(PathMtu::Mtu1024, [1, 2], |_| {});
+    let rem = p.region(B, 4096, 0x8000, Access::ALL);
+    let unregistered = Sge { addr: 0xdead_0000, length: 5, lkey: 0 };
+    let wr = |id| {
+        SendWr::new(
+            id,
+            SendOp::Write { remote_addr: rem.keys.addr + 8, rkey: rem.keys.rkey },
+            vec![unregistered],
+        )
+    };
+    // Without the bytes, the engine gathers from regions: none covers it.
+    let mut plain = wr(1);
+    plain.inline = true;
+    assert_eq!(p.e[A].post_send(c.qpn[0], plain), Err(VerbsError::LocalProtection));
+    assert_eq!(
+        p.e[A].post_send_inline(c.qpn[0], wr(2), b"toolong"),
+        Err(Invalid::InlineDataLength { given: 7, length: 5 }.into())
+    );
+    p.e[A].post_send_inline(c.qpn[0], wr(3), b"hello").unwrap();
+    p.run();
+    assert_eq!(statuses(&p.poll(A)), vec![(3, WcStatus::Success)]);
+    assert_eq!(p.get(&rem, 8, 5), b"hello");
+}

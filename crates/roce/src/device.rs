@@ -289,6 +289,22 @@ impl Device {
         self.shared().lock().engine.poll_event()
     }
 
+    /// Wakes `waker` once an asynchronous event waits for `poll_event`:
+    /// returns true (and keeps nothing) if one waits already, otherwise
+    /// keeps the waker, which the driver wakes after the progress that
+    /// raises one. Checked and kept under the device lock, so no event
+    /// slips in between. A C library's event file descriptor rests on it.
+    pub fn arm_event_waker(&self, waker: &std::task::Waker) -> bool {
+        let mut core = self.shared().lock();
+        if core.engine.has_event() {
+            return true;
+        }
+        if !core.event_wakers.iter().any(|w| w.will_wake(waker)) {
+            core.event_wakers.push(waker.clone());
+        }
+        false
+    }
+
     /// A random initial PSN from the engine's CSPRNG.
     pub fn random_psn(&self) -> Psn {
         self.shared().lock().engine.random_psn()
@@ -562,6 +578,16 @@ pub struct Cq {
 pub const WC_ZERO: Wc = Wc::EMPTY;
 
 impl Cq {
+    /// The engine's identifier (what `AsyncEvent::CqErr` names).
+    pub fn id(&self) -> CqId {
+        self.inner.id
+    }
+
+    /// The device the CQ belongs to.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
     /// Takes the completions that are ready (`ibv_poll_cq`). In busy-poll
     /// mode this also drives the network.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
@@ -610,6 +636,72 @@ impl Cq {
 }
 
 impl Cq {
+    /// Takes the completions that are ready; if there are none, sleeps
+    /// while the QPs `senders` have at least `busy` send WRs outstanding
+    /// between them, until this CQ has completions (and takes them), until
+    /// one of the CQs `also` holds some (returning 0), or until `timeout`
+    /// (returning 0).
+    ///
+    /// For C programs that spin on an empty CQ: on a small machine their
+    /// spinning keeps the driver threads from the CPU, which costs a
+    /// program with a full pipeline of sends its throughput; one with a
+    /// single message in flight (a latency test) loses more to the sleep's
+    /// wake-up, so `busy` sets where sleeping starts. `also` names the
+    /// program's other CQs, so one polling several in turn is not held up
+    /// by the empty one.
+    pub fn poll_or_doze(
+        &self,
+        out: &mut [Wc],
+        timeout: StdDuration,
+        also: &[CqId],
+        senders: &[u32],
+        busy: usize,
+    ) -> Result<usize> {
+        let sh = &self.inner.dev.inner.shared;
+        let deadline = std::time::Instant::now() + timeout;
+        let mut core = sh.lock();
+        loop {
+            if sh.busy_poll {
+                let now = sh.now();
+                core.progress_deferred(now)?;
+                return Ok(core.engine.poll_cq(self.inner.id, out)?);
+            }
+            let n = core.engine.poll_cq(self.inner.id, out)?;
+            if n > 0
+                || also.iter().any(|&c| core.engine.cq_len(c) > 0)
+                || senders.iter().map(|&q| core.engine.sq_outstanding(q)).sum::<usize>() < busy.max(1)
+            {
+                return Ok(n);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(0);
+            }
+            core.cq_waiters += 1;
+            core = sh.cq_cond.wait_timeout(core, left).unwrap_or_else(|p| p.into_inner()).0;
+            core.cq_waiters -= 1;
+        }
+    }
+
+    /// Wakes `waker` once the CQ holds a completion, consuming none:
+    /// returns true (and keeps nothing) if it holds one already, otherwise
+    /// keeps the waker, which is woken after the next progress that may
+    /// have produced completions (the woken party checks again: the wake
+    /// is for the device, not this CQ). Checked and kept under the device
+    /// lock, so no completion slips in between: what a completion channel
+    /// (`ibv_req_notify_cq`) rests on.
+    pub fn arm_waker(&self, waker: &std::task::Waker) -> bool {
+        let sh = &self.inner.dev.inner.shared;
+        let mut core = sh.lock();
+        if core.engine.cq_len(self.inner.id) > 0 {
+            return true;
+        }
+        if !core.cq_wakers.iter().any(|w| w.will_wake(waker)) {
+            core.cq_wakers.push(waker.clone());
+        }
+        false
+    }
+
     /// Waits, without blocking a thread, until at least one completion is
     /// ready, and takes up to `out.len()` of them: the `async` flavour of
     /// `wait` (an `ibv_get_cq_event` on a completion channel, then
@@ -869,6 +961,17 @@ impl Qp {
         Ok(())
     }
 
+    /// Posts an inline send with its bytes (`Engine::post_send_inline`):
+    /// for a C library, whose program's inline SGEs may name memory no
+    /// region covers.
+    pub fn post_send_inline(&self, wr: SendWr, data: &[u8]) -> Result<()> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        core.engine.post_send_inline(self.qpn, wr, data)?;
+        sh.kick(core);
+        Ok(())
+    }
+
     /// Posts several send WRs under one lock and one flush.
     pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
         let sh = &self.dev().inner.shared;
@@ -877,6 +980,32 @@ impl Qp {
         for wr in wrs {
             if let Err(e) = core.engine.post_send(self.qpn, wr) {
                 r = Err(e.into());
+                break;
+            }
+        }
+        sh.kick(core);
+        r
+    }
+
+    /// Posts send WRs in order under one lock and one flush, stopping at
+    /// the first the engine refuses: `Err((i, e))` says the `i`-th (from 0)
+    /// was refused and those before it were posted (`ibv_post_send`'s
+    /// `bad_wr`).
+    /// A WR may come with its inline bytes (`Engine::post_send_inline`).
+    pub fn post_send_each(
+        &self,
+        wrs: impl IntoIterator<Item = (SendWr, Option<Vec<u8>>)>,
+    ) -> std::result::Result<(), (usize, Error)> {
+        let sh = &self.dev().inner.shared;
+        let mut core = sh.lock();
+        let mut r = Ok(());
+        for (i, (wr, data)) in wrs.into_iter().enumerate() {
+            let posted = match data {
+                Some(d) => core.engine.post_send_inline(self.qpn, wr, &d),
+                None => core.engine.post_send(self.qpn, wr),
+            };
+            if let Err(e) = posted {
+                r = Err((i, e.into()));
                 break;
             }
         }

@@ -81,6 +81,9 @@ pub(crate) struct Core {
     /// Tasks waiting in `Cq::wait_async`, woken after the next progress
     /// that may have produced completions.
     pub cq_wakers: Vec<std::task::Waker>,
+    /// Wakers waiting for an asynchronous event (`Device::arm_event_waker`),
+    /// woken after progress that left one in the engine.
+    pub event_wakers: Vec<std::task::Waker>,
     /// Whether the last receive call found anything (busy-poll sizing).
     rx_hot: bool,
 }
@@ -193,6 +196,7 @@ impl Core {
             ipv4_ids: Ipv4IdCache::default(),
             cq_waiters: 0,
             cq_wakers: Vec::new(),
+            event_wakers: Vec::new(),
             rx_hot: false,
         }
     }
@@ -204,7 +208,11 @@ impl Core {
         if self.cq_waiters > 0 {
             cond.notify_all();
         }
-        std::mem::take(&mut self.cq_wakers)
+        let mut wakers = std::mem::take(&mut self.cq_wakers);
+        if !self.event_wakers.is_empty() && self.engine.has_event() {
+            wakers.append(&mut self.event_wakers);
+        }
+        wakers
     }
 
     pub fn fd(&self) -> RawFd {

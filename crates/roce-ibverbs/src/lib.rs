@@ -1,0 +1,33 @@
+//! A libibverbs-compatible C library: unmodified verbs programs (perftest,
+//! rdma-core's examples, middleware written against `<infiniband/verbs.h>`)
+//! run over the roce engine inside their own process, with no RDMA
+//! hardware and no kernel module.
+//!
+//! The cdylib is linked as `libibverbs.so.1` with rdma-core's symbol
+//! versions (`build.rs`, `symbols.txt`); `roce exec` runs a program over
+//! it, or `LD_PRELOAD` it by hand. Devices come from `ROCE_DEVICES` or a
+//! small file (`config`), not sysfs.
+//!
+//! * `abi`: rdma-core 44's structures, checked against the C header by the
+//!   layout test;
+//! * `objects`: what stands behind each C object;
+//! * `ffi`: the entry points and the ops tables (the crate's `unsafe`
+//!   boundary, with its safety argument);
+//! * `compat`: the symbols rdma-core's providers and librdmacm import,
+//!   which must resolve for a program to load at all;
+//! * `sys`: eventfds and errno; `regions`: one device per registered byte.
+
+pub mod abi;
+mod compat;
+pub mod config;
+mod ffi;
+mod objects;
+mod regions;
+mod sys;
+
+#[cfg(test)]
+mod layout;
+
+// The symbol versions programs linked against rdma-core ask for.
+#[cfg(not(test))]
+include!(concat!(env!("OUT_DIR"), "/symver.rs"));
