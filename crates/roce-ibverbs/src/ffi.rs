@@ -1107,6 +1107,29 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
 }
 
 /// Reads a receive WR list into engine WRs, or the failing WR.
+/// Posts a chain of receive WRs (linked by `next`) with `post`, stopping
+/// at the first that fails, which `*bad` then names (ibverbs' convention).
+///
+/// # Safety
+/// `wr` is null or the head of a chain of valid `ibv_recv_wr`s, each with
+/// `num_sge` readable SGEs; `bad` is null or writable.
+unsafe fn post_recv_chain(
+    mut wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+    mut post: impl FnMut(RecvWr) -> R<()>,
+) -> R<()> {
+    while let Some(w) = unsafe { wr.as_ref() } {
+        if let Err(e) = unsafe { recv_wr(w) }.and_then(&mut post) {
+            if !bad.is_null() {
+                unsafe { *bad = wr };
+            }
+            return Err(e);
+        }
+        wr = w.next;
+    }
+    Ok(())
+}
+
 unsafe fn recv_wr(wr: &ibv_recv_wr) -> R<RecvWr> {
     Ok(RecvWr { wr_id: wr.wr_id, sg_list: unsafe { sges(wr.sg_list, wr.num_sge) }? })
 }
@@ -1126,22 +1149,13 @@ unsafe fn sges(list: *const ibv_sge, n: c_int) -> R<Vec<Sge>> {
 
 unsafe extern "C" fn post_srq_recv(
     srq: *mut ibv_srq,
-    mut wr: *mut ibv_recv_wr,
+    wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
 ) -> c_int {
     ret_errno(|| {
         let s: &SrqObj = unsafe { obj(srq) }?;
-        while let Some(w) = unsafe { wr.as_ref() } {
-            let r = unsafe { recv_wr(w) }.and_then(|r| s.srq.post_recv(r).map_err(err));
-            if let Err(e) = r {
-                if !bad.is_null() {
-                    unsafe { *bad = wr };
-                }
-                return Err(e);
-            }
-            wr = w.next;
-        }
-        Ok(())
+        // SAFETY: `wr` and `bad` come from the caller as ibv_post_srq_recv's.
+        unsafe { post_recv_chain(wr, bad, |r| s.srq.post_recv(r).map_err(err)) }
     })
 }
 
@@ -1521,24 +1535,11 @@ unsafe extern "C" fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut 
     })
 }
 
-unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    mut wr: *mut ibv_recv_wr,
-    bad: *mut *mut ibv_recv_wr,
-) -> c_int {
+unsafe extern "C" fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
     ret_errno(|| {
         let q: &QpObj = unsafe { obj(qp) }?;
-        while let Some(w) = unsafe { wr.as_ref() } {
-            let r = unsafe { recv_wr(w) }.and_then(|r| q.qp.post_recv(r).map_err(err));
-            if let Err(e) = r {
-                if !bad.is_null() {
-                    unsafe { *bad = wr };
-                }
-                return Err(e);
-            }
-            wr = w.next;
-        }
-        Ok(())
+        // SAFETY: `wr` and `bad` come from the caller as ibv_post_recv's.
+        unsafe { post_recv_chain(wr, bad, |r| q.qp.post_recv(r).map_err(err)) }
     })
 }
 
