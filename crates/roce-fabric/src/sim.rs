@@ -221,7 +221,13 @@ pub(crate) struct Sim<'a> {
     pub first_port: Vec<usize>,
     frames: Vec<Option<Frame>>,
     free_frames: Vec<u32>,
+    /// Buffers of frames that were delivered, for reuse (each about the
+    /// size of one datagram of the NIC's MTU).
     bufs: Vec<Vec<u8>>,
+    /// What the engines write a datagram into (`MAX_DATAGRAM` bytes); a
+    /// frame keeps a copy of just the datagram, so thousands of queued
+    /// frames cost what they carry.
+    scratch: Vec<u8>,
     pub mmu: Vec<Option<Mmu>>,
     hosts: Vec<Option<Host>>,
     routes: Routes,
@@ -422,6 +428,7 @@ impl<'a> Sim<'a> {
             frames: Vec::new(),
             free_frames: Vec::new(),
             bufs: Vec::new(),
+            scratch: vec![0u8; MAX_DATAGRAM],
             mmu,
             hosts: Vec::new(),
             routes,
@@ -869,9 +876,10 @@ impl<'a> Sim<'a> {
 
     /// A copy of frame `fid` (a duplicate on a faulty link).
     fn clone_frame(&mut self, fid: u32) -> u32 {
-        let mut buf = self.bufs.pop().unwrap_or_else(|| vec![0u8; MAX_DATAGRAM]);
+        let mut buf = self.bufs.pop().unwrap_or_default();
         let f = self.frame(fid);
-        buf[..f.len].copy_from_slice(&f.buf[..f.len]);
+        buf.clear();
+        buf.extend_from_slice(&f.buf[..f.len]);
         let copy = Frame { buf, ..*f };
         self.alloc_frame(copy)
     }
@@ -1150,13 +1158,12 @@ impl<'a> Sim<'a> {
 
     /// One datagram from the engine as a frame, classified by priority.
     fn poll_engine(&mut self, node: NodeId) -> Option<u32> {
-        let mut buf = self.bufs.pop().unwrap_or_else(|| vec![0u8; MAX_DATAGRAM]);
         let now = Instant::from_nanos(self.now / PS_PER_NS);
         let h = self.hosts[node].as_mut().expect("host");
-        let Some(t) = h.engine.poll_transmit(now, &mut buf) else {
-            self.bufs.push(buf);
-            return None;
-        };
+        let t = h.engine.poll_transmit(now, &mut self.scratch)?;
+        let mut buf = self.bufs.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(&self.scratch[..t.len]);
         let opcode = buf[0];
         let ack = opcode == OPCODE_ACK || opcode == OPCODE_CNP;
         if opcode == OPCODE_CNP {
