@@ -40,7 +40,7 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 pub use config::HpccConfig;
-pub use files::{ip_node, parse_fct, parse_pfc, read_fct, read_pfc, write_fct, write_pfc, FctLine, PfcLine};
+pub use files::{parse_fct, parse_pfc, read_fct, read_pfc, write_fct, write_pfc, FctLine, PfcLine};
 pub use flows::{parse_flows, read_flows, HpccFlow};
 pub use standalone::{standalone_fct_ps, Standalone, STANDALONE_HEADER_BYTES};
 pub use topology::{TopoLink, Topology};
@@ -79,9 +79,6 @@ pub enum ParseReason {
     Inconsistent(String),
 }
 
-/// HPCC's host addressing: node `id` has IP `0x0b000001 + (id << 8)`,
-/// i.e. `11.(id >> 8).(id & 0xff).1`.
-pub const HOST_IP_BASE: u32 = 0x0b00_0001;
 /// The artifact's default `PACKET_PAYLOAD_SIZE`.
 pub const DEFAULT_PAYLOAD: u32 = 1000;
 /// IB path MTUs, smallest first.
@@ -100,10 +97,8 @@ pub const STATIC_XOFF_BUFFER_DIVISOR: u64 = 16;
 /// ...and XON this far below it (the artifact's dynamic resume offset).
 pub const STATIC_XON_OFFSET: u64 = 3 * 1024;
 
-/// The IP of HPCC host `id` (`0x0b000001 + (id << 8)`).
-pub fn host_ip(id: NodeId) -> u32 {
-    HOST_IP_BASE.wrapping_add((id as u32) << 8)
-}
+/// HPCC's host addressing, which the simulator's hosts use.
+pub use crate::sim::{host_ip, ip_node};
 
 /// The smallest IB MTU that holds `payload` bytes (4096 above that).
 pub fn ib_mtu_for(payload: u32) -> u32 {

@@ -63,6 +63,17 @@ const OPCODE_CNP: u8 = 0x81;
 /// Events between progress reports.
 const PROGRESS_EVERY: u64 = 1 << 16;
 
+/// The PFC frames a port sends for a priority.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PfcSend {
+    /// XOFF: a pause starts.
+    Xoff,
+    /// XOFF again before the last one's quanta run out.
+    Refresh,
+    /// XON: the pause ends.
+    Xon,
+}
+
 /// A frame on a port, a link or in a queue.
 struct Frame {
     /// PFC frame: `Some((priority, quanta))` (0 quanta: XON); data
@@ -142,6 +153,9 @@ pub(crate) struct Port {
     /// Priorities the peer has paused (bit mask).
     pub paused: u8,
     pause_epoch: [u32; PRIORITIES],
+    /// When the XOFF this port sent for a priority is due for refresh
+    /// (with pause quanta).
+    refresh_at: [Option<Time>; PRIORITIES],
     /// Bumped only when a priority's paused state changes (not on a refresh).
     wd_epoch: [u32; PRIORITIES],
     /// Priorities whose queue the watchdog is dropping.
@@ -198,12 +212,14 @@ struct FlowState {
     sport: u16,
 }
 
-/// A host's IPv4 address: 11.0.0.1 + (node << 8), the HPCC simulator's.
+/// A host's IPv4 address, the HPCC simulator's: `0x0b000001 + (node <<
+/// 8)`, i.e. `11.(node >> 8).(node & 0xff).1` (nodes number below 2^16).
 pub fn host_ip(node: NodeId) -> u32 {
     0x0b00_0001 + ((node as u32) << 8)
 }
 
-fn ip_node(ip: u32) -> NodeId {
+/// The node whose address [`host_ip`] gives.
+pub fn ip_node(ip: u32) -> NodeId {
     ((ip >> 8) & 0xffff) as NodeId
 }
 
@@ -252,73 +268,10 @@ pub fn simulate(scn: &Scenario, progress: Option<&mut dyn Progress>) -> Result<R
     Ok(sim.finish())
 }
 
+/// Every scenario, however made, meets the same rules
+/// ([`crate::toml_scenario::validate`], which names the offending field).
 fn validate(scn: &Scenario) -> Result<(), FabricError> {
-    let bad = |s: String| Err(FabricError::Invalid(s));
-    let n = scn.nodes.len();
-    for (i, l) in scn.links.iter().enumerate() {
-        if l.a >= n || l.b >= n || l.a == l.b {
-            return bad(format!("link {i} joins nodes {} and {}", l.a, l.b));
-        }
-        if l.rate_bps == 0 {
-            return bad(format!("link {i} has rate 0"));
-        }
-        if !(0.0..=1.0).contains(&l.loss) {
-            return bad(format!("link {i} has loss {}", l.loss));
-        }
-    }
-    let adj = Adjacency::new(scn);
-    for h in scn.hosts() {
-        if adj.ports[h].len() != 1 {
-            return bad(format!(
-                "host {} has {} links (a host has one NIC port)",
-                scn.nodes[h].name,
-                adj.ports[h].len()
-            ));
-        }
-    }
-    for (i, f) in scn.flows.iter().enumerate() {
-        let is_host = |x: NodeId| x < n && scn.nodes[x].kind == NodeKind::Host;
-        if !is_host(f.src) || !is_host(f.dst) || f.src == f.dst {
-            return bad(format!("flow {i} from node {} to node {}: needs two different hosts", f.src, f.dst));
-        }
-        if f.priority as usize >= PRIORITIES {
-            return bad(format!("flow {i} has priority {}", f.priority));
-        }
-        if f.size == 0 {
-            return bad(format!("flow {i} has size 0"));
-        }
-    }
-    if n > 0xffff {
-        return bad(format!("{n} nodes: at most 65535"));
-    }
-    if PathMtu::from_bytes(scn.nic.mtu as usize).is_none() {
-        return bad(format!("NIC MTU {} is not an IB MTU (256..4096)", scn.nic.mtu));
-    }
-    if scn.nic.ack_req_every == 0 {
-        return bad("NIC ack_req_every 0: at least 1".into());
-    }
-    if scn.nic.chunk_bytes == 0 {
-        return bad("NIC chunk size 0".into());
-    }
-    if let Some(p) = scn.nic.ack_priority {
-        if p as usize >= PRIORITIES {
-            return bad(format!("ACK priority {p}"));
-        }
-    }
-    for e in &scn.events {
-        match e.kind {
-            EventKind::LinkDown { link } | EventKind::LinkUp { link } if link >= scn.links.len() => {
-                return bad(format!("event names link {link}"))
-            }
-            EventKind::NicStall { host } | EventKind::NicResume { host }
-                if host >= n || scn.nodes[host].kind != NodeKind::Host =>
-            {
-                return bad(format!("event names host {host}"))
-            }
-            _ => {}
-        }
-    }
-    Ok(())
+    crate::toml_scenario::validate(scn).map_err(|e| FabricError::Invalid(e.to_string()))
 }
 
 fn cc_of(scn: &Scenario, rate: u64) -> Result<(CcAlgorithm, CnpConfig), FabricError> {
@@ -384,6 +337,7 @@ impl<'a> Sim<'a> {
                     qbytes: [0; PRIORITIES],
                     paused: 0,
                     pause_epoch: [0; PRIORITIES],
+                    refresh_at: [None; PRIORITIES],
                     wd_epoch: [0; PRIORITIES],
                     wd_active: 0,
                     sent: [0; PRIORITIES],
@@ -758,30 +712,44 @@ impl<'a> Sim<'a> {
         })
     }
 
-    /// Sends a PFC frame out of port `p` (ahead of any data).
-    fn send_pfc(&mut self, p: usize, prio: u8, pause: bool) {
+    /// Sends a PFC frame out of port `p` (ahead of any data): an XOFF
+    /// (`pause`) or an XON. With pause quanta, an XOFF is refreshed every
+    /// half of its pause while its cause remains; an XON cancels that.
+    fn send_pfc(&mut self, p: usize, prio: u8, what: PfcSend) {
+        let pause = what != PfcSend::Xon;
         let quanta = match (pause, self.scn.switch.pause_quanta) {
             (false, _) => 0,
             (true, Some(q)) => q.max(1),
             (true, None) => u16::MAX,
         };
         let f = self.pfc_frame(prio, quanta);
+        let c = &mut self.report.counters;
+        match what {
+            PfcSend::Xoff => c.pfc_pause_sent += 1,
+            PfcSend::Refresh => c.pfc_refresh_sent += 1,
+            PfcSend::Xon => c.pfc_resume_sent += 1,
+        }
+        self.ports[p].refresh_at[prio as usize] = None;
         if pause {
-            self.report.counters.pfc_pause_sent += 1;
             if let Some(q) = self.scn.switch.pause_quanta {
                 let half = pause_quantum_ps(self.ports[p].rate_bps) * q.max(1) as Time / 2;
-                self.push(self.now + half.max(1), Ev::PauseRefresh(p as u32, prio));
+                let at = self.now + half.max(1);
+                self.ports[p].refresh_at[prio as usize] = Some(at);
+                self.push(at, Ev::PauseRefresh(p as u32, prio));
             }
-        } else {
-            self.report.counters.pfc_resume_sent += 1;
         }
         self.ports[p].ctrl.push_back(f);
         self.start_tx(p);
     }
 
-    /// Refreshes the XOFF sent on port `p` for `prio` if its cause
-    /// remains (a congested switch ingress, a stalled NIC).
+    /// The refresh of the XOFF sent on port `p` for `prio` is due: sent
+    /// again if its cause remains (a congested switch ingress, a stalled
+    /// NIC). A refresh cancelled by an XON, or replaced by a later XOFF's,
+    /// does nothing.
     fn pause_refresh(&mut self, p: usize, prio: u8) {
+        if self.ports[p].refresh_at[prio as usize] != Some(self.now) {
+            return;
+        }
         let node = self.ports[p].node;
         let still = match (&self.mmu[node], &self.hosts[node]) {
             (Some(mmu), _) => mmu.is_paused(p - self.first_port[node], prio),
@@ -789,9 +757,7 @@ impl<'a> Sim<'a> {
             _ => false,
         };
         if still {
-            self.report.counters.pfc_refresh_sent += 1;
-            self.report.counters.pfc_pause_sent -= 1;
-            self.send_pfc(p, prio, true);
+            self.send_pfc(p, prio, PfcSend::Refresh);
         }
     }
 
@@ -993,7 +959,7 @@ impl<'a> Sim<'a> {
         port.queues[prio as usize].push_back(fid);
         port.qbytes[prio as usize] += wire as u64;
         if pause {
-            self.send_pfc(p, prio, true);
+            self.send_pfc(p, prio, PfcSend::Xoff);
         }
         self.start_tx(eg);
     }
@@ -1080,7 +1046,7 @@ impl<'a> Sim<'a> {
         }
         if resume {
             let ip = self.first_port[node] + in_port;
-            self.send_pfc(ip, q as u8, false);
+            self.send_pfc(ip, q as u8, PfcSend::Xon);
         }
     }
 
@@ -1222,7 +1188,7 @@ impl<'a> Sim<'a> {
             if h.rx_bytes >= self.scn.nic.rx_xoff_bytes && !h.xoff_sent {
                 h.xoff_sent = true;
                 let (p, prio) = (h.port, self.frame(fid).prio);
-                self.send_pfc(p, prio, true);
+                self.send_pfc(p, prio, PfcSend::Xoff);
             }
             return;
         }
@@ -1409,7 +1375,7 @@ impl<'a> Sim<'a> {
                 if xoff {
                     for q in 0..PRIORITIES as u8 {
                         if self.scn.switch.lossless_mask & (1 << q) != 0 {
-                            self.send_pfc(p, q, false);
+                            self.send_pfc(p, q, PfcSend::Xon);
                         }
                     }
                 }

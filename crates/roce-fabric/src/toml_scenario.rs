@@ -1379,6 +1379,10 @@ pub fn to_toml(s: &Scenario) -> String {
     toml::to_string(&file).expect("a scenario serialises as TOML")
 }
 
+/// Nodes a scenario may have: a host's address holds its id in 16 bits
+/// ([`crate::sim::host_ip`]).
+pub const MAX_NODES: usize = 0xffff;
+
 /// Checks the rules of the module documentation on a [`Scenario`] however
 /// it was made (TOML, built-in, imported): node indices in range, unique
 /// names, one link per host, no self links, rates above zero, losses and
@@ -1390,6 +1394,12 @@ pub fn to_toml(s: &Scenario) -> String {
 /// scenario's own lists (`links[3]`).
 pub fn validate(s: &Scenario) -> Result<(), ScenarioError> {
     let n = s.nodes.len();
+    if n > MAX_NODES {
+        return Err(invalid(
+            "nodes",
+            format!("{n} nodes: at most {MAX_NODES} (a host's address holds its id in 16 bits)"),
+        ));
+    }
     let mut seen = HashMap::new();
     for (i, node) in s.nodes.iter().enumerate() {
         if node.name.is_empty() {
@@ -1427,6 +1437,16 @@ pub fn validate(s: &Scenario) -> Result<(), ScenarioError> {
             return Err(bad_value(&format!("{key}.rate"), "0", "a rate must be above zero"));
         }
         loss(&format!("{key}.loss"), l.loss)?;
+        let f = &l.faults;
+        for (name, p) in [("reorder", f.reorder), ("duplicate", f.duplicate), ("corrupt", f.corrupt)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(bad_value(
+                    &format!("{key}.faults.{name}"),
+                    &p.to_string(),
+                    "a probability, 0 to 1",
+                ));
+            }
+        }
         degree[l.a] += 1;
         degree[l.b] += 1;
     }
@@ -1518,6 +1538,9 @@ pub fn validate(s: &Scenario) -> Result<(), ScenarioError> {
     }
     if nic.chunk_bytes == 0 {
         return Err(bad_value("nic.chunk", "0", "must be above zero"));
+    }
+    if nic.ack_req_every == 0 {
+        return Err(bad_value("nic.ack_req_every", "0", "at least 1 (an ACK per packet)"));
     }
     match nic.cc.as_str() {
         "none" => {}

@@ -15,14 +15,9 @@ use std::path::Path;
 
 use super::standalone::Standalone;
 use super::text::{read_text, Cursor};
-use super::{host_ip, HpccError, ParseReason};
+use super::{host_ip, ip_node, HpccError, ParseReason};
 use crate::report::Report;
 use crate::scenario::{NodeId, NodeKind, Scenario, PS_PER_NS};
-
-/// Bits of an HPCC host IP below the node id.
-const IP_ID_SHIFT: u32 = 8;
-/// Mask of the node id once shifted down.
-const IP_ID_MASK: u32 = 0xffff;
 
 /// One line of an `fct.txt`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,11 +60,6 @@ pub struct PfcLine {
     pub if_index: u32,
     /// PAUSE (1) or RESUME (0).
     pub pause: bool,
-}
-
-/// The node id of an HPCC host IP.
-pub fn ip_node(ip: u32) -> NodeId {
-    ((ip >> IP_ID_SHIFT) & IP_ID_MASK) as NodeId
 }
 
 /// Writes the flows of `report` in `fct.txt` form; `payload` is the packet
