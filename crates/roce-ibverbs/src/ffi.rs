@@ -1106,7 +1106,6 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
     })
 }
 
-/// Reads a receive WR list into engine WRs, or the failing WR.
 /// Posts a chain of receive WRs (linked by `next`) with `post`, stopping
 /// at the first that fails, which `*bad` then names (ibverbs' convention).
 ///
@@ -1130,6 +1129,7 @@ unsafe fn post_recv_chain(
     Ok(())
 }
 
+/// One receive WR as the engine's, its SGEs read from C.
 unsafe fn recv_wr(wr: &ibv_recv_wr) -> R<RecvWr> {
     Ok(RecvWr { wr_id: wr.wr_id, sg_list: unsafe { sges(wr.sg_list, wr.num_sge) }? })
 }
