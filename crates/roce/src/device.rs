@@ -531,6 +531,46 @@ impl Mr {
         Ok(core.engine.mr_read(self.keys.lkey, offset, dst)?)
     }
 
+    /// Waits until byte `offset` of the region equals `want` (perftest's
+    /// latency loops watch the last byte of an incoming RDMA WRITE this
+    /// way): true once it does, false if `timeout` passes first.
+    ///
+    /// Without busy-poll it sleeps between looks and is woken by the
+    /// driver thread after each receive, so it never holds the device's
+    /// lock while the driver needs it. A loop of [`Mr::read`] would take
+    /// the lock back-to-back and, with fewer cores than busy threads, can
+    /// keep the driver thread from the packet it is waiting for for tens of
+    /// milliseconds. With busy-poll it drives the network itself.
+    pub fn wait_byte(&self, offset: usize, want: u8, timeout: StdDuration) -> Result<bool> {
+        let sh = self.pd.dev().shared();
+        let deadline = std::time::Instant::now() + timeout;
+        let mut core = sh.lock();
+        let mut b = [0u8];
+        loop {
+            if sh.busy_poll {
+                let now = sh.now();
+                core.progress_deferred(now)?;
+            }
+            core.engine.mr_read(self.keys.lkey, offset, &mut b)?;
+            if b[0] == want {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            if sh.busy_poll {
+                drop(core);
+                std::thread::yield_now();
+                core = sh.lock();
+            } else {
+                core.cq_waiters += 1;
+                core = sh.cq_cond.wait_timeout(core, left).unwrap_or_else(|p| p.into_inner()).0;
+                core.cq_waiters -= 1;
+            }
+        }
+    }
+
     /// Copies `src` into the region at `offset`; sound for the reasons
     /// given at [`Mr::read`]. Bytes that an outstanding work request sends
     /// may go out before or after the change.

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use roce::{Device, Mr, WC_ZERO};
+use roce::{Mr, WC_ZERO};
 
 use super::{pattern_byte, read_u64, take, wait_one, RdmaSide, Stall};
 use crate::perf::exchange::{Role, Verdict};
@@ -37,8 +37,7 @@ impl RdmaSide {
         while scnt < n || ccnt < n || rcnt < n {
             if rcnt < n && !(scnt < 1 && server) {
                 rcnt += 1;
-                let pump = c.busy_poll.then_some(&self.dev);
-                if !wait_byte(mr, poll_at, rcnt as u8, pump, deadline, &mut stall)? {
+                if !wait_byte(mr, poll_at, rcnt as u8, deadline, &mut stall)? {
                     break;
                 }
             }
@@ -158,35 +157,22 @@ impl RdmaSide {
     }
 }
 
-/// Spins until byte `at` of `mr` equals `want`, driving `pump` (a
-/// busy-polling device) meanwhile. Returns false when the deadline of a
-/// timed run passes first.
-fn wait_byte(
-    mr: &Mr,
-    at: usize,
-    want: u8,
-    pump: Option<&Device>,
-    deadline: Option<Instant>,
-    stall: &mut Stall,
-) -> Result<bool> {
-    let mut b = [0u8];
-    let mut spins = 0u32;
+/// Waits until byte `at` of `mr` equals `want` ([`Mr::wait_byte`]: woken
+/// by each receive, or driving the network itself on a busy-polling
+/// device). Returns false when the deadline of a timed run passes first.
+fn wait_byte(mr: &Mr, at: usize, want: u8, deadline: Option<Instant>, stall: &mut Stall) -> Result<bool> {
     loop {
-        if let Some(dev) = pump {
-            dev.progress()?;
+        let mut wait = stall.left().max(Duration::from_millis(1));
+        if let Some(d) = deadline {
+            wait = wait.min(d.saturating_duration_since(Instant::now()));
         }
-        mr.read(at, &mut b)?;
-        if b[0] == want {
+        if mr.wait_byte(at, want, wait)? {
             stall.progress();
             return Ok(true);
         }
-        spins = spins.wrapping_add(1);
-        if spins % 256 == 0 {
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(false);
-            }
-            stall.check("waiting for the peer's RDMA WRITE")?;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(false);
         }
-        std::thread::yield_now();
+        stall.check("waiting for the peer's RDMA WRITE")?;
     }
 }
