@@ -10,6 +10,12 @@
 #
 # Default: 5 rounds of 64 KiB messages, -n 50000. Needs perftest
 # (apt-get install perftest); both ends use UDP 4791 and TCP port 18515.
+#
+# PIN=1 runs the server on CPU 0 and the client on CPU 1 (taskset), both
+# kinds alike. On two cores a short run (perftest's default 5000
+# iterations, ~0.1 s) otherwise measures where the kernel first puts the
+# driver threads: after perftest's busy-wait clock calibration the two
+# ends' threads can share one core for ~60 ms while the other idles.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -41,6 +47,10 @@ run() {  # lib|native
     else
         server=("$roce" perf write-bw --bind 127.0.0.1 "${args[@]}")
         client=("$roce" perf write-bw 127.0.0.1 --bind 127.0.0.2 "${args[@]}")
+    fi
+    if [ "${PIN:-0}" = 1 ]; then
+        server=(taskset -c 0 "${server[@]}")
+        client=(taskset -c 1 "${client[@]}")
     fi
     timeout 120 "${server[@]}" >/dev/null 2>&1 &
     local pid=$!
