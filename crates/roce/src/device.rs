@@ -248,9 +248,9 @@ impl Device {
         let now = sh.now();
         let a = if sh.busy_poll { core.progress_deferred(now)? } else { core.progress(now)? };
         if a {
-            let wakers = core.completion_waiters(&sh.cq_cond);
+            let wake = core.completion_waiters();
             drop(core);
-            wakers.into_iter().for_each(std::task::Waker::wake);
+            wake.fire(&sh.cq_cond);
         }
         Ok(a)
     }
@@ -315,9 +315,9 @@ impl Device {
         let mut core = sh.lock();
         let r = f(&mut core.engine);
         // A verb can complete work at once (modify to ERR flushes the queues).
-        let wakers = core.completion_waiters(&sh.cq_cond);
+        let wake = core.completion_waiters();
         drop(core);
-        wakers.into_iter().for_each(std::task::Waker::wake);
+        wake.fire(&sh.cq_cond);
         Ok(r?)
     }
 

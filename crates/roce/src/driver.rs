@@ -86,6 +86,8 @@ pub(crate) struct Core {
     pub event_wakers: Vec<std::task::Waker>,
     /// Whether the last receive call found anything (busy-poll sizing).
     rx_hot: bool,
+    /// The transmit slots of a flush, kept between flushes.
+    slots: Vec<Slot>,
 }
 
 pub(crate) struct Shared {
@@ -139,9 +141,9 @@ impl Shared {
         {
             let _ = self.waker.wake();
         }
-        let wakers = core.completion_waiters(&self.cq_cond);
+        let wake = core.completion_waiters();
         drop(core);
-        wakers.into_iter().for_each(std::task::Waker::wake);
+        wake.fire(&self.cq_cond);
     }
 
     /// Publishes a send failure to `tx_failed`.
@@ -149,6 +151,26 @@ impl Shared {
         if core.stats.tx_errors > 0 {
             self.tx_failed.store(true, Ordering::Release);
         }
+    }
+}
+
+/// The waiters a change under the device lock concerns, to be woken after
+/// the lock is released. Sound for the condition variable: a waiter checks
+/// its condition under the lock before it sleeps, so it either saw the
+/// change or is asleep when the notification comes.
+#[must_use]
+#[derive(Default)]
+pub(crate) struct Wake {
+    notify: bool,
+    wakers: Vec<std::task::Waker>,
+}
+
+impl Wake {
+    pub fn fire(self, cond: &Condvar) {
+        if self.notify {
+            cond.notify_all();
+        }
+        self.wakers.into_iter().for_each(std::task::Waker::wake);
     }
 }
 
@@ -198,21 +220,21 @@ impl Core {
             cq_wakers: Vec::new(),
             event_wakers: Vec::new(),
             rx_hot: false,
+            slots: Vec::with_capacity(BATCH),
         }
     }
 
-    /// After work that may have produced completions: wakes the threads
-    /// sleeping in `Cq::wait`, and hands back the wakers of `Cq::wait_async`
-    /// futures, for the caller to wake once it has released the lock.
-    pub fn completion_waiters(&mut self, cond: &Condvar) -> Vec<std::task::Waker> {
-        if self.cq_waiters > 0 {
-            cond.notify_all();
-        }
+    /// After work that may have produced completions: who to wake, the
+    /// threads sleeping in `Cq::wait` (and the like) and the wakers of
+    /// `Cq::wait_async` futures, for the caller to wake once it has
+    /// released the lock ([`Wake::fire`]). A thread woken while the lock is
+    /// still held would only block on it again.
+    pub fn completion_waiters(&mut self) -> Wake {
         let mut wakers = std::mem::take(&mut self.cq_wakers);
         if !self.event_wakers.is_empty() && self.engine.has_event() {
             wakers.append(&mut self.event_wakers);
         }
-        wakers
+        Wake { notify: self.cq_waiters > 0, wakers }
     }
 
     pub fn fd(&self) -> RawFd {
@@ -304,39 +326,34 @@ impl Core {
         if !self.engine.has_transmit() {
             return;
         }
-        let local = self.io.local_addr();
-        let meta = DatagramMeta {
-            src: local.ip(),
-            dst: local.ip(),
-            src_port: 0,
-            dst_port: 0,
-            ecn: 0,
-            ipv4_id: None,
-        };
-        let empty = Slot { meta, dst: local, tos: 0, seg: 1, used: 0 };
-        let mut slots = [empty; BATCH];
+        // The slots live in `Core` so that a flush that finds nothing to
+        // send (a post behind a full send window: one per work request of
+        // a deep pipeline) costs no initialisation of a batch's worth.
+        let mut slots = std::mem::take(&mut self.slots);
         loop {
-            let n = self.fill(now, &mut slots);
-            if n == 0 {
-                return;
+            slots.clear();
+            self.fill(now, &mut slots);
+            if slots.is_empty() {
+                break;
             }
-            self.send_slots(now, &slots[..n]);
-            if n < BATCH {
-                return;
+            self.send_slots(now, &slots);
+            if slots.len() < BATCH {
+                break;
             }
         }
+        self.slots = slots;
     }
 
-    /// Polls the engine into up to `BATCH` slots; returns how many hold
-    /// data. Each slot is one batch of equal-size datagrams of one QP (the
+    /// Polls the engine into up to `BATCH` slots (appended to `slots`).
+    /// Each slot is one batch of equal-size datagrams of one QP (the
     /// engine forms them), sent with GSO where the kernel has it. Over IPv4
     /// the k-th datagram's ICRC is moved to IPv4 ID k, the ID the kernel's
     /// segmentation writes.
-    fn fill(&mut self, now: Instant, slots: &mut [Slot; BATCH]) -> usize {
+    fn fill(&mut self, now: Instant, slots: &mut Vec<Slot>) {
         let max_segments = if self.io.gso() { MAX_SEGS } else { 1 };
         let v4 = !self.io.is_ipv6();
-        let mut n = 0;
-        while n < BATCH {
+        while slots.len() < BATCH {
+            let n = slots.len();
             let buf = &mut self.tx[n * SLOT..(n + 1) * SLOT];
             let Some(tx) = self.engine.poll_transmit_batch(now, buf, max_segments) else { break };
             let seg = tx.segment_size;
@@ -347,10 +364,8 @@ impl Core {
                 }
             }
             let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
-            slots[n] = Slot { meta: tx.meta, dst, tos: tx.traffic_class, seg, used: tx.len };
-            n += 1;
+            slots.push(Slot { meta: tx.meta, dst, tos: tx.traffic_class, seg, used: tx.len });
         }
-        n
     }
 
     /// Hands the slots to the kernel (`slots[j]` is slot number `j`).
@@ -490,7 +505,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
     // Without it, timers run at epoll's millisecond resolution.
     let mut timer = crate::timer::WakeTimer::new(poll.registry(), TIMER).ok();
     while !shared.stop.load(Ordering::Acquire) {
-        let mut wakers = Vec::new();
+        let mut wake = Wake::default();
         let timeout = {
             let mut core = shared.lock();
             let now = shared.now();
@@ -506,7 +521,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             };
             shared.note_tx_failure(&core);
             if activity {
-                wakers = core.completion_waiters(&shared.cq_cond);
+                wake = core.completion_waiters();
             }
             let next = core.engine.poll_timeout();
             shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
@@ -522,7 +537,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
                 wait
             }
         };
-        wakers.into_iter().for_each(std::task::Waker::wake);
+        wake.fire(&shared.cq_cond);
         let _ = poll.poll(&mut events, timeout);
         if let Some(t) = &mut timer {
             if events.iter().any(|e| e.token() == TIMER) {
