@@ -12,6 +12,7 @@
 
 pub mod builtin;
 pub mod compare;
+mod datagram;
 mod deadlock;
 pub mod faults;
 pub mod hpcc;

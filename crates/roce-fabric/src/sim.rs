@@ -22,6 +22,7 @@ use roce_proto::{
     WcStatus, MAX_DATAGRAM,
 };
 
+use crate::datagram::Datagram;
 use crate::faults::Faults;
 use crate::queue::EventQueue;
 use crate::report::{Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
@@ -74,7 +75,10 @@ enum PfcSend {
     Xon,
 }
 
-/// A frame on a port, a link or in a queue.
+/// A frame on a port, a link or in a queue: what the fabric reads at
+/// every hop, small enough for a cache line. Its datagram, which only the
+/// hosts at either end read, is kept apart (`Sim::datagrams`).
+#[derive(Clone, Copy)]
 struct Frame {
     /// PFC frame: `Some((priority, quanta))` (0 quanta: XON); data
     /// otherwise.
@@ -83,7 +87,7 @@ struct Frame {
     /// Bytes on the wire.
     wire: u32,
     /// Data: destination host, source and destination IPv4, ports, hash.
-    dst_host: NodeId,
+    dst_host: u32,
     src_ip: u32,
     dst_ip: u32,
     sport: u16,
@@ -92,10 +96,7 @@ struct Frame {
     /// ECN codepoint of the IP header (3 = CE).
     ecn: u8,
     /// Ingress port at the switch holding it (for the buffer accounting).
-    in_port: usize,
-    /// The RoCEv2 datagram (UDP payload).
-    buf: Vec<u8>,
-    len: usize,
+    in_port: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -236,6 +237,8 @@ pub(crate) struct Sim<'a> {
     /// Global index of each node's first port.
     pub first_port: Vec<usize>,
     frames: Vec<Option<Frame>>,
+    /// The datagram of each frame in `frames` (empty for PFC frames).
+    datagrams: Vec<Datagram>,
     free_frames: Vec<u32>,
     /// Buffers of frames that were delivered, for reuse (each about the
     /// size of one datagram of the NIC's MTU).
@@ -380,6 +383,7 @@ impl<'a> Sim<'a> {
             ports,
             first_port,
             frames: Vec::new(),
+            datagrams: Vec::new(),
             free_frames: Vec::new(),
             bufs: Vec::new(),
             scratch: vec![0u8; MAX_DATAGRAM],
@@ -661,12 +665,14 @@ impl<'a> Sim<'a> {
 
     // ------------------------------------------------------------ frames
 
-    fn alloc_frame(&mut self, f: Frame) -> u32 {
+    fn alloc_frame(&mut self, f: Frame, bytes: Datagram) -> u32 {
         if let Some(i) = self.free_frames.pop() {
             self.frames[i as usize] = Some(f);
+            self.datagrams[i as usize] = bytes;
             i
         } else {
             self.frames.push(Some(f));
+            self.datagrams.push(bytes);
             (self.frames.len() - 1) as u32
         }
     }
@@ -681,10 +687,8 @@ impl<'a> Sim<'a> {
     }
 
     fn free_frame(&mut self, id: u32) {
-        if let Some(f) = self.frames[id as usize].take() {
-            if f.buf.capacity() > 0 {
-                self.bufs.push(f.buf);
-            }
+        if self.frames[id as usize].take().is_some() {
+            std::mem::replace(&mut self.datagrams[id as usize], Datagram::none()).recycle(&mut self.bufs);
         }
         self.free_frames.push(id);
     }
@@ -695,21 +699,22 @@ impl<'a> Sim<'a> {
 
     fn pfc_frame(&mut self, prio: u8, quanta: u16) -> u32 {
         let wire = self.scn.framing.pfc_wire_len();
-        self.alloc_frame(Frame {
-            pfc: Some((prio, quanta)),
-            prio: 0,
-            wire,
-            dst_host: 0,
-            src_ip: 0,
-            dst_ip: 0,
-            sport: 0,
-            dport: 0,
-            hash: 0,
-            ecn: 0,
-            in_port: usize::MAX,
-            buf: Vec::new(),
-            len: 0,
-        })
+        self.alloc_frame(
+            Frame {
+                pfc: Some((prio, quanta)),
+                prio: 0,
+                wire,
+                dst_host: 0,
+                src_ip: 0,
+                dst_ip: 0,
+                sport: 0,
+                dport: 0,
+                hash: 0,
+                ecn: 0,
+                in_port: u32::MAX,
+            },
+            Datagram::none(),
+        )
     }
 
     /// Sends a PFC frame out of port `p` (ahead of any data): an XOFF
@@ -793,7 +798,7 @@ impl<'a> Sim<'a> {
             self.on_the_wire(p, arrive, fid, true);
             return;
         };
-        let len = self.frame(fid).len;
+        let len = self.datagrams[fid as usize].len();
         let mut last_fifo = self.ports[p].last_fifo;
         let copies = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
         self.ports[p].last_fifo = last_fifo;
@@ -812,8 +817,7 @@ impl<'a> Sim<'a> {
                 continue;
             };
             if let Some(bit) = copy.flip_bit {
-                let f = self.frames[id as usize].as_mut().expect("frame");
-                f.buf[bit as usize / 8] ^= 0x80 >> (bit % 8);
+                self.datagrams[id as usize].flip_bit(bit as usize, &mut self.bufs);
                 self.report.counters.corrupted += 1;
             }
             // A copy at the in-order time rides the link's queue; one
@@ -842,12 +846,9 @@ impl<'a> Sim<'a> {
 
     /// A copy of frame `fid` (a duplicate on a faulty link).
     fn clone_frame(&mut self, fid: u32) -> u32 {
-        let mut buf = self.bufs.pop().unwrap_or_default();
-        let f = self.frame(fid);
-        buf.clear();
-        buf.extend_from_slice(&f.buf[..f.len]);
-        let copy = Frame { buf, ..*f };
-        self.alloc_frame(copy)
+        let copy = *self.frame(fid);
+        let bytes = self.datagrams[fid as usize].copy(&mut self.bufs);
+        self.alloc_frame(copy, bytes)
     }
 
     /// Queues a `TxDone` for the end of port `p`'s frame if none is.
@@ -933,7 +934,7 @@ impl<'a> Sim<'a> {
         let node = self.ports[p].node;
         let (dst, hash, prio, wire) = {
             let f = self.frame(fid);
-            (f.dst_host, f.hash, f.prio, f.wire)
+            (f.dst_host as NodeId, f.hash, f.prio, f.wire)
         };
         let Some(k) = self.routes.next_hop(node, dst, hash) else {
             self.report.counters.dropped_unroutable += 1;
@@ -954,7 +955,7 @@ impl<'a> Sim<'a> {
         if pause {
             mmu.set_paused(ip, prio, true);
         }
-        self.frames[fid as usize].as_mut().expect("frame").in_port = ip;
+        self.frames[fid as usize].as_mut().expect("frame").in_port = ip as u32;
         let port = &mut self.ports[eg];
         port.queues[prio as usize].push_back(fid);
         port.qbytes[prio as usize] += wire as u64;
@@ -1016,7 +1017,7 @@ impl<'a> Sim<'a> {
         let node = self.ports[p].node;
         let (wire, in_port) = {
             let f = self.frame(fid);
-            (f.wire as u64, f.in_port)
+            (f.wire as u64, f.in_port as usize)
         };
         self.ports[p].qbytes[q] -= wire;
         let k = p - self.first_port[node];
@@ -1127,10 +1128,8 @@ impl<'a> Sim<'a> {
         let now = Instant::from_nanos(self.now / PS_PER_NS);
         let h = self.hosts[node].as_mut().expect("host");
         let t = h.engine.poll_transmit(now, &mut self.scratch)?;
-        let mut buf = self.bufs.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(&self.scratch[..t.len]);
-        let opcode = buf[0];
+        let bytes = Datagram::store(&self.scratch[..t.len], &mut self.bufs);
+        let opcode = self.scratch[0];
         let ack = opcode == OPCODE_ACK || opcode == OPCODE_CNP;
         if opcode == OPCODE_CNP {
             self.report.counters.cnps += 1;
@@ -1154,21 +1153,22 @@ impl<'a> Sim<'a> {
         let wire = self.scn.framing.data_wire_len(20 + 8 + t.len);
         self.report.counters.host_tx_frames += 1;
         self.report.counters.host_tx_bytes += wire as u64;
-        Some(self.alloc_frame(Frame {
-            pfc: None,
-            prio,
-            wire,
-            dst_host: ip_node(dst_ip),
-            src_ip,
-            dst_ip,
-            sport: t.meta.src_port,
-            dport: t.meta.dst_port,
-            hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
-            ecn: t.traffic_class & 3,
-            in_port: usize::MAX,
-            buf,
-            len: t.len,
-        }))
+        Some(self.alloc_frame(
+            Frame {
+                pfc: None,
+                prio,
+                wire,
+                dst_host: ip_node(dst_ip) as u32,
+                src_ip,
+                dst_ip,
+                sport: t.meta.src_port,
+                dport: t.meta.dst_port,
+                hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
+                ecn: t.traffic_class & 3,
+                in_port: u32::MAX,
+            },
+            bytes,
+        ))
     }
 
     fn host_receive(&mut self, node: NodeId, fid: u32) {
@@ -1210,7 +1210,10 @@ impl<'a> Sim<'a> {
         let h = self.hosts[node].as_mut().expect("host");
         self.report.counters.host_rx_frames += 1;
         self.report.counters.host_rx_bytes += f.wire as u64;
-        let check = h.engine.handle_datagram(now, &meta, &f.buf[..f.len]);
+        let d = &self.datagrams[fid as usize];
+        let n = d.len();
+        d.write_to(&mut self.scratch);
+        let check = h.engine.handle_datagram(now, &meta, &self.scratch[..n]);
         if matches!(check, IcrcCheck::Failed | IcrcCheck::Malformed) {
             self.report.counters.engine_rx_errors += 1;
         }
