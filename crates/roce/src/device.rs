@@ -134,6 +134,46 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
+/// Waits until `ready`, looked at under the device lock, gives a value
+/// (`Some`), or `timeout` passes (`None`). In busy-poll mode each look
+/// first drives the network and the lock is let go between looks;
+/// otherwise the thread sleeps on the signal progress gives after each
+/// receive (at most 50 ms at a time), never holding the lock meanwhile.
+fn wait_for<T>(
+    sh: &Shared,
+    timeout: StdDuration,
+    mut ready: impl FnMut(&mut Core) -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    let deadline = std::time::Instant::now() + timeout;
+    let mut core = sh.lock();
+    loop {
+        if sh.busy_poll {
+            let now = sh.now();
+            core.progress_deferred(now)?;
+        }
+        if let Some(v) = ready(&mut core)? {
+            return Ok(Some(v));
+        }
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
+        if sh.busy_poll {
+            drop(core);
+            std::thread::yield_now();
+            core = sh.lock();
+        } else {
+            core.cq_waiters += 1;
+            core = sh
+                .cq_cond
+                .wait_timeout(core, left.min(StdDuration::from_millis(50)))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            core.cq_waiters -= 1;
+        }
+    }
+}
+
 /// The seed of a device's QPNs, keys and PSNs: 256 bits from the OS
 /// (`getrandom(2)`), or an error. There is no fallback: a weak seed would
 /// make every QPN and rkey predictable to a peer (ReDMArk's key guessing).
@@ -542,33 +582,12 @@ impl Mr {
     /// keep the driver thread from the packet it is waiting for for tens of
     /// milliseconds. With busy-poll it drives the network itself.
     pub fn wait_byte(&self, offset: usize, want: u8, timeout: StdDuration) -> Result<bool> {
-        let sh = self.pd.dev().shared();
-        let deadline = std::time::Instant::now() + timeout;
-        let mut core = sh.lock();
         let mut b = [0u8];
-        loop {
-            if sh.busy_poll {
-                let now = sh.now();
-                core.progress_deferred(now)?;
-            }
+        let seen = wait_for(self.pd.dev().shared(), timeout, |core| {
             core.engine.mr_read(self.keys.lkey, offset, &mut b)?;
-            if b[0] == want {
-                return Ok(true);
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(false);
-            }
-            if sh.busy_poll {
-                drop(core);
-                std::thread::yield_now();
-                core = sh.lock();
-            } else {
-                core.cq_waiters += 1;
-                core = sh.cq_cond.wait_timeout(core, left).unwrap_or_else(|p| p.into_inner()).0;
-                core.cq_waiters -= 1;
-            }
-        }
+            Ok((b[0] == want).then_some(()))
+        })?;
+        Ok(seen.is_some())
     }
 
     /// Copies `src` into the region at `offset`; sound for the reasons
@@ -642,36 +661,11 @@ impl Cq {
 
     /// Waits until at least one completion is ready or `timeout` passes.
     pub fn wait(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
-        let sh = &self.inner.dev.inner.shared;
-        let deadline = std::time::Instant::now() + timeout;
-        let mut core = sh.lock();
-        loop {
-            if sh.busy_poll {
-                let now = sh.now();
-                core.progress_deferred(now)?;
-            }
+        let got = wait_for(&self.inner.dev.inner.shared, timeout, |core| {
             let n = core.engine.poll_cq(self.inner.id, out)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Err(Error::Timeout("no completion"));
-            }
-            if sh.busy_poll {
-                drop(core);
-                std::thread::yield_now();
-                core = sh.lock();
-            } else {
-                core.cq_waiters += 1;
-                core = sh
-                    .cq_cond
-                    .wait_timeout(core, left.min(StdDuration::from_millis(50)))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-                core.cq_waiters -= 1;
-            }
-        }
+            Ok((n > 0).then_some(n))
+        })?;
+        got.ok_or(Error::Timeout("no completion"))
     }
 }
 
@@ -698,29 +692,20 @@ impl Cq {
         busy: usize,
     ) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
-        let deadline = std::time::Instant::now() + timeout;
-        let mut core = sh.lock();
-        loop {
-            if sh.busy_poll {
-                let now = sh.now();
-                core.progress_deferred(now)?;
-                return Ok(core.engine.poll_cq(self.inner.id, out)?);
-            }
-            let n = core.engine.poll_cq(self.inner.id, out)?;
-            if n > 0
-                || also.iter().any(|&c| core.engine.cq_len(c) > 0)
-                || senders.iter().map(|&q| core.engine.sq_outstanding(q)).sum::<usize>() < busy.max(1)
-            {
-                return Ok(n);
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                return Ok(0);
-            }
-            core.cq_waiters += 1;
-            core = sh.cq_cond.wait_timeout(core, left).unwrap_or_else(|p| p.into_inner()).0;
-            core.cq_waiters -= 1;
+        if sh.busy_poll {
+            let mut core = sh.lock();
+            let now = sh.now();
+            core.progress_deferred(now)?;
+            return Ok(core.engine.poll_cq(self.inner.id, out)?);
         }
+        let got = wait_for(sh, timeout, |core| {
+            let n = core.engine.poll_cq(self.inner.id, out)?;
+            let stop = n > 0
+                || also.iter().any(|&c| core.engine.cq_len(c) > 0)
+                || senders.iter().map(|&q| core.engine.sq_outstanding(q)).sum::<usize>() < busy.max(1);
+            Ok(stop.then_some(n))
+        })?;
+        Ok(got.unwrap_or(0))
     }
 
     /// Wakes `waker` once the CQ holds a completion, consuming none:
