@@ -240,12 +240,11 @@ pub(crate) struct Sim<'a> {
     /// The datagram of each frame in `frames` (empty for PFC frames).
     datagrams: Vec<Datagram>,
     free_frames: Vec<u32>,
-    /// Buffers of frames that were delivered, for reuse (each about the
-    /// size of one datagram of the NIC's MTU).
+    /// Buffers of datagrams kept whole (not compact, see `datagram`) that
+    /// were delivered, for reuse.
     bufs: Vec<Vec<u8>>,
-    /// What the engines write a datagram into (`MAX_DATAGRAM` bytes); a
-    /// frame keeps a copy of just the datagram, so thousands of queued
-    /// frames cost what they carry.
+    /// What an engine writes a datagram into, and a compact datagram is
+    /// rebuilt into for the receiving engine (`MAX_DATAGRAM` bytes).
     scratch: Vec<u8>,
     pub mmu: Vec<Option<Mmu>>,
     hosts: Vec<Option<Host>>,

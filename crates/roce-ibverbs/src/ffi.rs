@@ -142,6 +142,34 @@ unsafe fn free<W, C>(p: *mut C) {
     drop(unsafe { Box::from_raw(p as *mut W) });
 }
 
+/// A wrapper of an object made in a PD, which counts it among its users.
+trait InPd {
+    fn pd(&self) -> *const PdObj;
+}
+
+macro_rules! in_pd {
+    ($($t:ty),*) => {$(
+        impl InPd for $t {
+            fn pd(&self) -> *const PdObj {
+                self.pd
+            }
+        }
+    )*};
+}
+in_pd!(MrObj, AhObj, SrqObj, QpObj);
+
+/// Frees `p`, a `W` made by `boxed` in a PD, and takes it off the PD's
+/// users. The caller frees it once, after whatever else of it it needs.
+unsafe fn free_in_pd<W: InPd, C>(p: *mut C) -> R<()> {
+    let w: &W = unsafe { obj(p) }?;
+    // SAFETY: a PD outlives what was made in it (its dealloc fails while
+    // it has users).
+    let pd = unsafe { &*w.pd() };
+    unsafe { free::<W, C>(p) };
+    pd.users.fetch_sub(1, Ordering::AcqRel);
+    Ok(())
+}
+
 fn c_name<const N: usize>(s: &str) -> [c_char; N] {
     let mut out = [0 as c_char; N];
     for (o, b) in out.iter_mut().zip(s.bytes().take(N - 1)) {
@@ -729,14 +757,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    ret_errno(|| {
-        let m: &MrObj = unsafe { obj(mr) }?;
-        // SAFETY: an MR's PD outlives it (dealloc fails while it has users).
-        let pd = unsafe { &*m.pd };
-        unsafe { free::<MrObj, _>(mr) };
-        pd.users.fetch_sub(1, Ordering::AcqRel);
-        Ok(())
-    })
+    ret_errno(|| unsafe { free_in_pd::<MrObj, _>(mr) })
 }
 
 // ------------------------------------------------------- channels and CQs
@@ -935,7 +956,9 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
                         let me = q.cq.id();
                         let others: Vec<roce::CqId> =
                             lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect();
-                        let senders = lock(&q.senders).clone();
+                        // Held while dozing: creating or destroying a QP on
+                        // this CQ waits for the doze (at most its timeout).
+                        let senders = lock(&q.senders);
                         r = q.cq.poll_or_doze(
                             &mut buf[..want],
                             empty_poll_wait(),
@@ -1098,11 +1121,7 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         }
         let c = unsafe { ctx_obj(s.ibv.context) }?;
         lock(&c.events.srqs).remove(&s.srq.id().0);
-        // SAFETY: a PD outlives what was made in it.
-        let pd = unsafe { &*s.pd };
-        unsafe { free::<SrqObj, _>(srq) };
-        pd.users.fetch_sub(1, Ordering::AcqRel);
-        Ok(())
+        unsafe { free_in_pd::<SrqObj, _>(srq) }
     })
 }
 
@@ -1245,10 +1264,9 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let c = unsafe { ctx_obj(q.ibv.context) }?;
         lock(&c.events.qps).remove(&q.qp.qpn());
         // SAFETY: what a QP uses outlives it (their destroys fail while used).
-        let (pd, scq, rcq, srq) = unsafe { (&*q.pd, &*q.send_cq, &*q.recv_cq, q.srq.as_ref()) };
+        let (scq, rcq, srq) = unsafe { (&*q.send_cq, &*q.recv_cq, q.srq.as_ref()) };
         let qpn = q.qp.qpn();
-        unsafe { free::<QpObj, _>(qp) };
-        pd.users.fetch_sub(1, Ordering::AcqRel);
+        unsafe { free_in_pd::<QpObj, _>(qp) }?;
         lock(&scq.senders).retain(|&n| n != qpn);
         scq.users.fetch_sub(1, Ordering::AcqRel);
         rcq.users.fetch_sub(1, Ordering::AcqRel);
@@ -1624,14 +1642,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    ret_errno(|| {
-        let a: &AhObj = unsafe { obj(ah) }?;
-        // SAFETY: a PD outlives its AHs.
-        let pd = unsafe { &*a.pd };
-        unsafe { free::<AhObj, _>(ah) };
-        pd.users.fetch_sub(1, Ordering::AcqRel);
-        Ok(())
-    })
+    ret_errno(|| unsafe { free_in_pd::<AhObj, _>(ah) })
 }
 
 // ----------------------------------------------------------- async events
