@@ -24,6 +24,7 @@ pub fn counters_table(dev: &Device) -> String {
     }
     out += &format!(" {:<30}: {}\n", "tx_dropped_socket_full", d.tx_dropped);
     out += &format!(" {:<30}: {}\n", "tx_errors", d.tx_errors);
+    out += &format!(" {:<30}: {}\n", "drive_takeovers", d.drive_takeovers);
     if let Some(e) = &d.first_tx_error {
         out += &format!(" {:<30}: {e}\n", "first tx error");
     }
@@ -44,6 +45,7 @@ pub fn counters_json(dev: &Device) -> Value {
         "engine": engine,
         "tx_dropped_socket_full": d.tx_dropped,
         "tx_errors": d.tx_errors,
+        "drive_takeovers": d.drive_takeovers,
         "first_tx_error": d.first_tx_error.as_ref().map(|e| e.to_string()),
     })
 }

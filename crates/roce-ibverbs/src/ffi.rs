@@ -253,7 +253,12 @@ fn close_dev(name: &str) {
                 let c = dev.counters();
                 let nonzero: Vec<String> =
                     c.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
-                eprintln!("libibverbs (roce): {name} counters: {}", nonzero.join(" "));
+                let d = dev.driver_stats();
+                eprintln!(
+                    "libibverbs (roce): {name} counters: {} drive_takeovers={}",
+                    nonzero.join(" "),
+                    d.drive_takeovers
+                );
             }
         }
     }
@@ -905,21 +910,9 @@ fn wc_to_c(w: &roce::Wc, ipv4: bool) -> ibv_wc {
     }
 }
 
-/// Send WRs outstanding on a CQ from which an empty poll sleeps.
-const DOZE_BUSY: usize = 2;
-
-/// How long an empty `ibv_poll_cq` may sleep waiting for a completion:
-/// `ROCE_POLL_DOZE_US` microseconds, 200 by default (0: never).
-fn empty_poll_wait() -> std::time::Duration {
-    static W: OnceLock<std::time::Duration> = OnceLock::new();
-    *W.get_or_init(|| {
-        std::env::var("ROCE_POLL_DOZE_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(std::time::Duration::from_micros)
-            .unwrap_or(std::time::Duration::from_micros(200))
-    })
-}
+/// Send WRs outstanding on a CQ from which an empty poll drives the
+/// network (`Cq::poll_or_drive`): a pipeline, not one message in flight.
+const DRIVE_BUSY: usize = 2;
 
 /// `ops.poll_cq`: completions, or a negative number on error.
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
@@ -937,44 +930,18 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_
         while done < num as usize {
             let want = (num as usize - done).min(buf.len());
             // Programs spin on an empty CQ (perftest, the pingpong
-            // examples, UCX's progress loop), and on a small machine a
-            // spinning program keeps the driver thread from the CPU and
-            // the device lock. So while a pipeline of sends that complete
-            // here is outstanding (DOZE_BUSY WRs or more), an empty first
-            // poll sleeps until a completion comes (at most
-            // ROCE_POLL_DOZE_US, 200 us by default), leaving the CPU to
-            // the threads that bring it: the peer's, on a loopback test.
-            // With fewer in flight (a latency test) a sleep's wake-up costs
-            // more than spinning: the poll drives the network from the
-            // program's thread instead.
-            let mut r = q.cq.poll(&mut buf[..want]);
-            if done == 0 && matches!(r, Ok(0)) {
-                if let Ok(c) = unsafe { ctx_obj(q.ibv.context) } {
-                    if !empty_poll_wait().is_zero() {
-                        // The program's other CQs on this device: a
-                        // completion there ends the doze.
-                        let me = q.cq.id();
-                        let others: Vec<roce::CqId> =
-                            lock(&c.events.cqs).keys().map(|&k| roce::CqId(k)).filter(|&k| k != me).collect();
-                        // Held while dozing: creating or destroying a QP on
-                        // this CQ waits for the doze (at most its timeout).
-                        let senders = lock(&q.senders);
-                        r = q.cq.poll_or_doze(
-                            &mut buf[..want],
-                            empty_poll_wait(),
-                            &others,
-                            &senders,
-                            DOZE_BUSY,
-                        );
-                    }
-                    // Still nothing (no doze, or it ended empty): receive
-                    // here. An error is the socket's; the driver thread
-                    // meets and counts it too.
-                    if matches!(r, Ok(0)) && c.dev.progress().unwrap_or(false) {
-                        r = q.cq.poll(&mut buf[..want]);
-                    }
-                }
-            }
+            // examples, UCX's progress loop): an empty first poll makes
+            // progress from the program's thread, taking over from the
+            // driver thread while a pipeline of sends that complete here is
+            // outstanding (DRIVE_BUSY WRs or more).
+            let r = if done == 0 {
+                // Held while polling: creating or destroying a QP on this
+                // CQ waits for it.
+                let senders = lock(&q.senders);
+                q.cq.poll_or_drive(&mut buf[..want], &senders, DRIVE_BUSY)
+            } else {
+                q.cq.poll(&mut buf[..want])
+            };
             let n = match r {
                 Ok(n) => n,
                 Err(e) if done == 0 => return -err(e),

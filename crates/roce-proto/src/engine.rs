@@ -139,6 +139,7 @@ impl Engine {
                 srqs: BTreeMap::new(),
                 counters: Counters::default(),
                 events: VecDeque::new(),
+                completions_made: 0,
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),
@@ -166,6 +167,12 @@ impl Engine {
     /// Next asynchronous event, if any.
     pub fn poll_event(&mut self) -> Option<AsyncEvent> {
         self.res.events.pop_front()
+    }
+
+    /// How many completions the engine has delivered to its CQs so far
+    /// (wrapping): unchanged across a call that produced none.
+    pub fn completions_made(&self) -> u64 {
+        self.res.completions_made
     }
 
     /// Whether an asynchronous event is waiting for `poll_event`.

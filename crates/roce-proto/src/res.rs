@@ -32,12 +32,16 @@ pub(crate) struct Res {
     pub srqs: BTreeMap<u32, Srq>,
     pub counters: Counters,
     pub events: VecDeque<AsyncEvent>,
+    /// Completions delivered so far (wrapping): lets a driver tell whether
+    /// work produced any, without looking at every CQ.
+    pub completions_made: u64,
 }
 
 impl Res {
     /// Delivers a completion; a full CQ overflows (and raises CQ_ERR once).
     pub fn complete(&mut self, cq: CqId, wc: Wc) {
         if let Some(c) = self.cqs.get_mut(&cq.0) {
+            self.completions_made = self.completions_made.wrapping_add(1);
             let was = c.overflowed;
             if !c.push(wc) && !was {
                 self.events.push_back(AsyncEvent::CqErr(cq));

@@ -69,12 +69,16 @@ fn write_send_read_atomics() {
             ),
         )
         .unwrap();
+    assert_eq!([p.e[A].completions_made(), p.e[B].completions_made()], [0, 0]);
     p.run();
+    // What a driver looks at to tell progress that completed something.
+    assert_eq!([p.e[A].completions_made(), p.e[B].completions_made()], [5, 1]);
     let wa = p.poll(A);
     assert_eq!(
         wa.iter().map(|w| (w.wr_id, w.status)).collect::<Vec<_>>(),
         (1..=5).map(|i| (i, WcStatus::Success)).collect::<Vec<_>>()
     );
+    assert_eq!(p.e[A].completions_made(), 5, "polling takes completions, it makes none");
     let wb = p.poll(B);
     assert_eq!(wb.len(), 1);
     assert_eq!(

@@ -134,13 +134,26 @@ pub struct Device {
     inner: Arc<DeviceInner>,
 }
 
+/// What a sleeping thread waits for, so progress wakes it only when it
+/// may be ready.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// A completion on some CQ of the device.
+    Completion,
+    /// Anything received (memory an incoming WRITE changes).
+    Progress,
+}
+
 /// Waits until `ready`, looked at under the device lock, gives a value
 /// (`Some`), or `timeout` passes (`None`). In busy-poll mode each look
 /// first drives the network and the lock is let go between looks;
-/// otherwise the thread sleeps on the signal progress gives after each
-/// receive (at most 50 ms at a time), never holding the lock meanwhile.
+/// otherwise the thread sleeps on the signal progress gives (after each
+/// receive for [`Until::Progress`], after one that made a completion for
+/// [`Until::Completion`]; at most 50 ms at a time), never holding the
+/// lock meanwhile.
 fn wait_for<T>(
     sh: &Shared,
+    until: Until,
     timeout: StdDuration,
     mut ready: impl FnMut(&mut Core) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
@@ -163,13 +176,19 @@ fn wait_for<T>(
             std::thread::yield_now();
             core = sh.lock();
         } else {
-            core.cq_waiters += 1;
+            fn count(c: &mut Core, until: Until) -> &mut usize {
+                match until {
+                    Until::Completion => &mut c.cq_waiters,
+                    Until::Progress => &mut c.progress_waiters,
+                }
+            }
+            *count(&mut core, until) += 1;
             core = sh
                 .cq_cond
                 .wait_timeout(core, left.min(StdDuration::from_millis(50)))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
-            core.cq_waiters -= 1;
+            *count(&mut core, until) -= 1;
         }
     }
 }
@@ -232,6 +251,8 @@ impl Device {
             )?;
         }
         let waker = mio::Waker::new(poll.registry(), driver::WAKER)?;
+        core.socket_watched = !cfg.busy_poll;
+        let registry = poll.registry().try_clone()?;
         let shared = Arc::new(Shared {
             core: Mutex::new(core),
             cq_cond: Condvar::new(),
@@ -242,6 +263,8 @@ impl Device {
             origin: std::time::Instant::now(),
             busy_poll: cfg.busy_poll,
             local,
+            driving_until: AtomicU64::new(0),
+            registry,
         });
         let s2 = shared.clone();
         let thread =
@@ -583,7 +606,7 @@ impl Mr {
     /// milliseconds. With busy-poll it drives the network itself.
     pub fn wait_byte(&self, offset: usize, want: u8, timeout: StdDuration) -> Result<bool> {
         let mut b = [0u8];
-        let seen = wait_for(self.pd.dev().shared(), timeout, |core| {
+        let seen = wait_for(self.pd.dev().shared(), Until::Progress, timeout, |core| {
             core.engine.mr_read(self.keys.lkey, offset, &mut b)?;
             Ok((b[0] == want).then_some(()))
         })?;
@@ -661,7 +684,7 @@ impl Cq {
 
     /// Waits until at least one completion is ready or `timeout` passes.
     pub fn wait(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
-        let got = wait_for(&self.inner.dev.inner.shared, timeout, |core| {
+        let got = wait_for(&self.inner.dev.inner.shared, Until::Completion, timeout, |core| {
             let n = core.engine.poll_cq(self.inner.id, out)?;
             Ok((n > 0).then_some(n))
         })?;
@@ -670,42 +693,48 @@ impl Cq {
 }
 
 impl Cq {
-    /// Takes the completions that are ready; if there are none, sleeps
-    /// while the QPs `senders` have at least `busy` send WRs outstanding
-    /// between them, until this CQ has completions (and takes them), until
-    /// one of the CQs `also` holds some (returning 0), or until `timeout`
-    /// (returning 0).
+    /// Takes the completions that are ready; if there are none, makes
+    /// progress from this thread and takes what that produced.
     ///
-    /// For C programs that spin on an empty CQ: on a small machine their
-    /// spinning keeps the driver threads from the CPU, which costs a
-    /// program with a full pipeline of sends its throughput; one with a
-    /// single message in flight (a latency test) loses more to the sleep's
-    /// wake-up, so `busy` sets where sleeping starts. `also` names the
-    /// program's other CQs, so one polling several in turn is not held up
-    /// by the empty one.
-    pub fn poll_or_doze(
-        &self,
-        out: &mut [Wc],
-        timeout: StdDuration,
-        also: &[CqId],
-        senders: &[u32],
-        busy: usize,
-    ) -> Result<usize> {
+    /// For C programs that spin on an empty CQ. While the QPs `senders`
+    /// have at least `busy` send WRs outstanding between them (a pipeline:
+    /// a bandwidth test), this thread drives the network for a short lease
+    /// and the driver thread stands off the socket (see `Shared::drive`):
+    /// the spinning thread does the receiving and sending the driver thread
+    /// would do, so on a small machine the two neither take turns on one
+    /// core nor wake each other for each batch of ACKs. With fewer
+    /// outstanding (a latency test, which may next spin on memory rather
+    /// than on the CQ) the lease ends and this thread only receives once.
+    /// Threads waiting on the device (`Cq::wait`, `Mr::wait_byte`) are
+    /// woken for what the progress produced, as the driver thread would.
+    pub fn poll_or_drive(&self, out: &mut [Wc], senders: &[u32], busy: usize) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
-        if sh.busy_poll {
-            let mut core = sh.lock();
-            let now = sh.now();
-            core.progress_deferred(now)?;
-            return Ok(core.engine.poll_cq(self.inner.id, out)?);
+        let mut core = sh.lock();
+        let n = core.engine.poll_cq(self.inner.id, out)?;
+        if n > 0 {
+            return Ok(n);
         }
-        let got = wait_for(sh, timeout, |core| {
-            let n = core.engine.poll_cq(self.inner.id, out)?;
-            let stop = n > 0
-                || also.iter().any(|&c| core.engine.cq_len(c) > 0)
-                || senders.iter().map(|&q| core.engine.sq_outstanding(q)).sum::<usize>() < busy.max(1);
-            Ok(stop.then_some(n))
-        })?;
-        Ok(got.unwrap_or(0))
+        let pipeline = senders.iter().map(|&q| core.engine.sq_outstanding(q)).sum::<usize>() >= busy.max(1);
+        let activity = if pipeline {
+            sh.drive(&mut core)?
+        } else {
+            sh.stop_driving(&mut core)?;
+            let now = sh.now();
+            if sh.busy_poll {
+                core.progress_deferred(now)?
+            } else {
+                core.progress(now)?
+            }
+        };
+        sh.note_tx_failure(&core);
+        if !activity {
+            return Ok(0);
+        }
+        let n = core.engine.poll_cq(self.inner.id, out)?;
+        let wake = core.completion_waiters();
+        drop(core);
+        wake.fire(&sh.cq_cond);
+        Ok(n)
     }
 
     /// Wakes `waker` once the CQ holds a completion, consuming none:

@@ -61,6 +61,10 @@ pub struct DriverStats {
     /// Why GSO was turned off after the device opened, if it was (the
     /// kernel refused a segmented send; the datagrams went out one by one).
     pub gso_refused: Option<String>,
+    /// Times an application thread polling a CQ with a pipeline of sends
+    /// outstanding took the socket over from the driver thread
+    /// (`Cq::poll_or_drive`); it gives it back once it stops.
+    pub drive_takeovers: u64,
 }
 
 /// Everything behind the lock.
@@ -74,10 +78,17 @@ pub(crate) struct Core {
     stats: DriverStats,
     /// How ICRCs move with the IPv4 ID, by datagram length (GSO segments).
     ipv4_ids: Ipv4IdCache,
-    /// Threads sleeping on `Shared::cq_cond`. Notifying costs a futex
-    /// syscall even with nobody waiting, so progress notifies only when
-    /// this is non-zero.
+    /// Threads sleeping on `Shared::cq_cond` for a completion
+    /// (`Cq::wait`, an `ibv_poll_cq` doze). Notifying costs a futex
+    /// syscall even with nobody waiting, and a woken thread a context
+    /// switch, so progress notifies them only when it produced a
+    /// completion: a stream of ACKs for unsignaled WRITEs wakes nobody.
     pub cq_waiters: usize,
+    /// Threads sleeping on `Shared::cq_cond` for any progress (a byte
+    /// that an incoming WRITE may change: `Mr::wait_byte`).
+    pub progress_waiters: usize,
+    /// `engine.completions_made()` when waiters were last looked at.
+    completions_seen: u64,
     /// Tasks waiting in `Cq::wait_async`, woken after the next progress
     /// that may have produced completions.
     pub cq_wakers: Vec<std::task::Waker>,
@@ -88,6 +99,9 @@ pub(crate) struct Core {
     rx_hot: bool,
     /// The transmit slots of a flush, kept between flushes.
     slots: Vec<Slot>,
+    /// Whether the driver thread's poll watches the socket (not in
+    /// busy-poll mode, nor while an application thread drives).
+    pub socket_watched: bool,
 }
 
 pub(crate) struct Shared {
@@ -104,7 +118,19 @@ pub(crate) struct Shared {
     pub origin: std::time::Instant,
     pub busy_poll: bool,
     pub local: SocketAddr,
+    /// Engine time (ns) until which an application thread drives the
+    /// network itself ([`Shared::drive`]); 0 or past: the driver thread does.
+    pub driving_until: AtomicU64,
+    /// The driver's registry, through which a driving application thread
+    /// takes the socket from the driver thread's watch and gives it back.
+    pub registry: mio::Registry,
 }
+
+/// How long an application thread's [`Shared::drive`] keeps the driver
+/// thread off the socket: the longest a datagram can wait unreceived
+/// once that thread stops calling, and how often the driver thread looks
+/// in while it calls.
+pub(crate) const DRIVE_LEASE: StdDuration = StdDuration::from_micros(200);
 
 pub(crate) const WAKER: mio::Token = mio::Token(1);
 /// In busy-poll mode the driver thread runs due timers at least this often.
@@ -144,6 +170,51 @@ impl Shared {
         let wake = core.completion_waiters();
         drop(core);
         wake.fire(&self.cq_cond);
+    }
+
+    /// Progress from an application thread that waits on a pipeline of
+    /// its own work (spinning on a CQ while sends are outstanding): it
+    /// receives, runs due timers and sends under the lock it holds, and
+    /// for [`DRIVE_LEASE`] after each call the driver thread stops
+    /// watching the socket. A thread that would otherwise sleep until the
+    /// driver thread brought its completion does that work itself, without
+    /// the driver's wake-up per datagram batch, its context switch and the
+    /// two threads' contention for the lock; once the calls stop, the
+    /// driver thread takes the socket back within the lease.
+    pub fn drive(&self, core: &mut Core) -> io::Result<bool> {
+        let now = self.now();
+        if self.busy_poll {
+            return core.progress_deferred(now);
+        }
+        let until = now.as_nanos().saturating_add(DRIVE_LEASE.as_nanos() as u64);
+        self.driving_until.store(until, Ordering::Release);
+        if core.socket_watched {
+            self.registry.deregister(&mut mio::unix::SourceFd(&core.fd()))?;
+            core.socket_watched = false;
+            core.stats.drive_takeovers += 1;
+            // It may sleep with no deadline: it must look in at the
+            // lease's end to take the socket back.
+            let _ = self.waker.wake();
+        }
+        core.progress(now)
+    }
+
+    /// Ends an application thread's [`Shared::drive`] lease at once: the
+    /// driver thread watches the socket again (a datagram already waiting
+    /// wakes it).
+    pub fn stop_driving(&self, core: &mut Core) -> io::Result<()> {
+        self.driving_until.store(0, Ordering::Release);
+        self.watch_socket(core)
+    }
+
+    /// Puts the socket back under the driver thread's watch if a drive
+    /// lease took it.
+    fn watch_socket(&self, core: &mut Core) -> io::Result<()> {
+        if !core.socket_watched && !self.busy_poll {
+            self.registry.register(&mut mio::unix::SourceFd(&core.fd()), SOCKET, mio::Interest::READABLE)?;
+            core.socket_watched = true;
+        }
+        Ok(())
     }
 
     /// Publishes a send failure to `tx_failed`.
@@ -217,10 +288,13 @@ impl Core {
             stats,
             ipv4_ids: Ipv4IdCache::default(),
             cq_waiters: 0,
+            progress_waiters: 0,
+            completions_seen: 0,
             cq_wakers: Vec::new(),
             event_wakers: Vec::new(),
             rx_hot: false,
             slots: Vec::with_capacity(BATCH),
+            socket_watched: false,
         }
     }
 
@@ -230,11 +304,14 @@ impl Core {
     /// released the lock ([`Wake::fire`]). A thread woken while the lock is
     /// still held would only block on it again.
     pub fn completion_waiters(&mut self) -> Wake {
-        let mut wakers = std::mem::take(&mut self.cq_wakers);
+        let made = self.engine.completions_made();
+        let fresh = made != self.completions_seen;
+        self.completions_seen = made;
+        let mut wakers = if fresh { std::mem::take(&mut self.cq_wakers) } else { Vec::new() };
         if !self.event_wakers.is_empty() && self.engine.has_event() {
             wakers.append(&mut self.event_wakers);
         }
-        Wake { notify: self.cq_waiters > 0, wakers }
+        Wake { notify: self.progress_waiters > 0 || (fresh && self.cq_waiters > 0), wakers }
     }
 
     pub fn fd(&self) -> RawFd {
@@ -509,7 +586,15 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
         let timeout = {
             let mut core = shared.lock();
             let now = shared.now();
-            let activity = if shared.busy_poll {
+            let lease = shared.driving_until.load(Ordering::Acquire);
+            let driven = now.as_nanos() < lease;
+            if !driven {
+                // Should the kernel refuse (never seen), the socket stays
+                // unwatched and the timeout below has this thread receive
+                // every lease instead.
+                let _ = shared.watch_socket(&mut core);
+            }
+            let activity = if shared.busy_poll || driven {
                 let due = core.engine.poll_timeout().is_some_and(|t| t <= now);
                 if due {
                     core.engine.handle_timeout(now);
@@ -533,6 +618,14 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
             }
             if shared.busy_poll {
                 Some(wait.map_or(BUSY_POLL_TICK, |w| w.min(BUSY_POLL_TICK)))
+            } else if driven || !core.socket_watched {
+                // Look in at the lease's end (a renewed lease: again then).
+                let left = if driven {
+                    StdDuration::from_nanos(lease - now.as_nanos()).max(DRIVE_LEASE / 4)
+                } else {
+                    DRIVE_LEASE
+                };
+                Some(wait.map_or(left, |w| w.min(left)))
             } else {
                 wait
             }
