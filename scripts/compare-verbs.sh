@@ -11,6 +11,9 @@
 # Default: 5 rounds of 64 KiB messages, -n 50000. Needs perftest
 # (apt-get install perftest); both ends use UDP 4791 and TCP port 18515.
 #
+# NATIVE_ARGS adds arguments to both `roce perf` ends only, e.g.
+# NATIVE_ARGS=--busy-poll (each end spins on its socket).
+#
 # PIN=1 runs the server on CPU 0 and the client on CPU 1 (taskset), both
 # kinds alike. On two cores a short run (perftest's default 5000
 # iterations, ~0.1 s) otherwise measures where the kernel first puts the
@@ -45,8 +48,10 @@ run() {  # lib|native
         server=("$roce" exec --addr 127.0.0.1 -- ib_write_bw -d roce0 "${args[@]}")
         client=("$roce" exec --addr 127.0.0.2 -- ib_write_bw -d roce0 "${args[@]}" 127.0.0.1)
     else
-        server=("$roce" perf write-bw --bind 127.0.0.1 "${args[@]}")
-        client=("$roce" perf write-bw 127.0.0.1 --bind 127.0.0.2 "${args[@]}")
+        # shellcheck disable=SC2206 # NATIVE_ARGS is split on purpose
+        local extra=(${NATIVE_ARGS:-})
+        server=("$roce" perf write-bw --bind 127.0.0.1 "${args[@]}" "${extra[@]}")
+        client=("$roce" perf write-bw 127.0.0.1 --bind 127.0.0.2 "${args[@]}" "${extra[@]}")
     fi
     if [ "${PIN:-0}" = 1 ]; then
         server=(taskset -c 0 "${server[@]}")
@@ -65,10 +70,11 @@ for i in $(seq "$rounds"); do
     native+=("$(run native)")
     echo "round $i: library ${lib[-1]} MB/s, roce perf ${native[-1]} MB/s" >&2
 done
-python3 - "${lib[*]}" "${native[*]}" <<'PY'
+python3 - "${lib[*]}" "${native[*]}" "${NATIVE_ARGS:-}" <<'PY'
 import statistics, sys
 lib = [float(x) for x in sys.argv[1].split()]
 nat = [float(x) for x in sys.argv[2].split()]
+extra = f" {sys.argv[3]}" if sys.argv[3] else ""
 a, b = statistics.median(lib), statistics.median(nat)
-print(f"ib_write_bw over the library: {a:.2f} MB/s, roce perf write-bw: {b:.2f} MB/s (medians of {len(lib)}), ratio {a / b:.3f}")
+print(f"ib_write_bw over the library: {a:.2f} MB/s, roce perf write-bw{extra}: {b:.2f} MB/s (medians of {len(lib)}), ratio {a / b:.3f}")
 PY
