@@ -24,11 +24,28 @@ impl Adjacency {
     }
 }
 
+/// `Routes::row` of a node that is not a switch.
+const NO_ROW: u32 = u32::MAX;
+
+/// A switch's next hops towards one destination: `len` ports from
+/// `start` in `Routes::hops`, the first also here (most destinations have
+/// one next hop, and a lookup then reads one table entry).
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    start: u32,
+    len: u16,
+    first: u16,
+}
+
 /// Next-hop port indices (0-based) per (switch, destination host).
 #[derive(Debug, Clone)]
 pub struct Routes {
-    /// For each node, for each destination node: (start, len) into `hops`.
-    table: Vec<Vec<(u32, u16)>>,
+    /// Each node's row in `table` (`NO_ROW` for hosts, which never forward).
+    row: Vec<u32>,
+    /// One row per switch, one entry per destination node, flat: a lookup
+    /// is one index computation and one read.
+    table: Vec<Entry>,
+    nodes: usize,
     hops: Vec<u16>,
     /// Mixed into every switch's hash (switches are configured with hash
     /// seeds): from the scenario's seed, so seeds also vary the paths.
@@ -40,12 +57,14 @@ impl Routes {
     /// switches only, then the scenario's static routes.
     pub fn build(scn: &Scenario, adj: &Adjacency) -> Result<Routes, String> {
         let n = scn.nodes.len();
-        let mut table = vec![Vec::new(); n];
         let mut hops = Vec::new();
         let switches: Vec<NodeId> = (0..n).filter(|&i| scn.nodes[i].kind == NodeKind::Switch).collect();
-        for s in &switches {
-            table[*s] = vec![(0u32, 0u16); n];
+        let mut row = vec![NO_ROW; n];
+        for (r, &s) in switches.iter().enumerate() {
+            row[s] = r as u32;
         }
+        let mut table = vec![Entry::default(); switches.len() * n];
+        let at = |s: NodeId, dst: NodeId| row[s] as usize * n + dst;
         let mut dist = vec![u32::MAX; n];
         let mut queue = std::collections::VecDeque::new();
         for h in scn.hosts() {
@@ -74,7 +93,9 @@ impl Routes {
                         hops.push(k as u16);
                     }
                 }
-                table[s][h] = (start, (hops.len() as u32 - start) as u16);
+                let len = (hops.len() as u32 - start) as u16;
+                let first = if len > 0 { hops[start as usize] } else { 0 };
+                table[at(s, h)] = Entry { start, len, first };
             }
         }
         for r in &scn.routes {
@@ -90,10 +111,10 @@ impl Routes {
             }
             let start = hops.len() as u32;
             hops.push(k as u16);
-            table[r.switch][r.dst] = (start, 1);
+            table[at(r.switch, r.dst)] = Entry { start, len: 1, first: k as u16 };
         }
         let salt = (scn.seed ^ (scn.seed >> 32)) as u32;
-        Ok(Routes { table, hops, salt })
+        Ok(Routes { row, table, nodes: n, hops, salt })
     }
 
     /// The port (0-based) switch `s` forwards a frame for host `dst` out
@@ -101,12 +122,19 @@ impl Routes {
     /// unreachable.
     #[inline]
     pub fn next_hop(&self, s: NodeId, dst: NodeId, hash: u32) -> Option<usize> {
-        let (start, len) = *self.table.get(s)?.get(dst)?;
-        if len == 0 {
+        let r = *self.row.get(s)?;
+        if r == NO_ROW || dst >= self.nodes {
             return None;
         }
-        let i = if len == 1 { 0 } else { (hash_mix(hash, s as u32 ^ self.salt) % len as u32) as usize };
-        Some(self.hops[start as usize + i] as usize)
+        let e = self.table[r as usize * self.nodes + dst];
+        match e.len {
+            0 => None,
+            1 => Some(e.first as usize),
+            len => {
+                let i = (hash_mix(hash, s as u32 ^ self.salt) % len as u32) as usize;
+                Some(self.hops[e.start as usize + i] as usize)
+            }
+        }
     }
 }
 
