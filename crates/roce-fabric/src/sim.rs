@@ -102,8 +102,10 @@ struct Frame {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     TxDone(u32),
-    /// The first frame on port's link reaches the peer.
-    Arrive(u32),
+    /// The first frame on port's link, (port, frame), reaches the peer.
+    /// The frame is the link queue's first, named here too so that its
+    /// record is read without waiting for the port's.
+    Arrive(u32, u32),
     /// A frame delivered out of its link's order reaches (port, frame).
     ArriveOne(u32, u32),
     HostTimer(u32),
@@ -129,6 +131,9 @@ impl Ev {
 /// One side of a link.
 pub(crate) struct Port {
     pub node: NodeId,
+    /// Its node is a host (read at every hop: cheaper here than in the
+    /// large host records).
+    at_host: bool,
     /// 1-based number within its node.
     pub number: u32,
     pub peer: usize,
@@ -313,6 +318,7 @@ impl<'a> Sim<'a> {
                 let exact = (8 * PS_PER_S) % l.rate_bps == 0;
                 ports.push(Port {
                     node,
+                    at_host: scn.nodes[node].kind == NodeKind::Host,
                     number: k as u32 + 1,
                     peer: usize::MAX,
                     link,
@@ -564,18 +570,19 @@ impl<'a> Sim<'a> {
                     let p = p as usize;
                     self.ports[p].txdone_queued = false;
                     self.start_tx(p);
-                    let node = self.ports[p].node;
-                    if self.hosts[node].is_some() {
-                        self.arm_timer(node);
+                    let port = &self.ports[p];
+                    if port.at_host {
+                        self.arm_timer(port.node);
                     }
                 }
                 Ev::ArriveOne(p, fid) => self.arrive(p as usize, fid),
-                Ev::Arrive(p) => {
+                Ev::Arrive(p, fid) => {
                     let port = &mut self.ports[p as usize];
-                    let (_, fid) = port.in_flight.pop_front().expect("a frame in flight");
+                    let first = port.in_flight.pop_front().expect("a frame in flight");
+                    debug_assert_eq!(first.1, fid, "the event names the link queue's first frame");
                     let peer = port.peer;
-                    if let Some(&(next, _)) = port.in_flight.front() {
-                        self.push(next, Ev::Arrive(p));
+                    if let Some(&(next, nfid)) = port.in_flight.front() {
+                        self.push(next, Ev::Arrive(p, nfid));
                     }
                     self.arrive(peer, fid);
                 }
@@ -771,8 +778,7 @@ impl<'a> Sim<'a> {
             self.wake_at_tx_end(p);
             return;
         }
-        let node = self.ports[p].node;
-        let host = self.hosts[node].is_some();
+        let (node, host) = (self.ports[p].node, self.ports[p].at_host);
         let fid = if host { self.host_dequeue(node) } else { self.switch_dequeue(p) };
         let Some(fid) = fid else { return };
         let wire = self.frame(fid).wire;
@@ -839,7 +845,7 @@ impl<'a> Sim<'a> {
         let port = &mut self.ports[p];
         port.in_flight.push_back((at, fid));
         if port.in_flight.len() == 1 {
-            self.push(at, Ev::Arrive(p as u32));
+            self.push(at, Ev::Arrive(p as u32, fid));
         }
     }
 
@@ -861,13 +867,13 @@ impl<'a> Sim<'a> {
     }
 
     fn arrive(&mut self, p: usize, fid: u32) {
-        let node = self.ports[p].node;
         if let Some((prio, quanta)) = self.frame(fid).pfc {
             self.free_frame(fid);
             self.pfc_received(p, prio, quanta);
             return;
         }
-        if self.hosts[node].is_some() {
+        let (node, host) = (self.ports[p].node, self.ports[p].at_host);
+        if host {
             self.host_receive(node, fid);
         } else {
             self.switch_receive(p, fid);
