@@ -128,46 +128,50 @@ impl Ev {
     }
 }
 
-/// One side of a link.
+/// One side of a link. `repr(C)` keeps the declaration order: what every
+/// hop reads comes first, in the first two cache lines (a port is some
+/// 800 bytes, and a fabric's ports do not all stay in cache).
+#[repr(C)]
 pub(crate) struct Port {
+    /// The end of the frame on the wire (the port is busy before it).
+    busy_until: Time,
+    delay: Time,
+    ps_per_byte: Option<u64>,
     pub node: NodeId,
+    pub peer: usize,
+    link: usize,
     /// Its node is a host (read at every hop: cheaper here than in the
     /// large host records).
     at_host: bool,
-    /// 1-based number within its node.
-    pub number: u32,
-    pub peer: usize,
-    link: usize,
-    rate_bps: u64,
-    ps_per_byte: Option<u64>,
-    delay: Time,
-    /// The link's faults (loss included), if it has any.
-    faults: Option<Faults>,
-    /// The latest in-order arrival on the link (jitter keeps order).
-    last_fifo: Time,
-    /// The end of the frame on the wire (the port is busy before it).
-    busy_until: Time,
     /// A `TxDone` is queued for `busy_until`: only when more waits to go,
     /// so an idle fabric spends no event on the end of each frame.
     txdone_queued: bool,
+    /// Priorities the peer has paused (bit mask).
+    pub paused: u8,
+    /// Priorities whose queue the watchdog is dropping.
+    pub wd_active: u8,
     /// Frames on the wire towards the peer, with their arrival times (in
     /// order: one sender, one delay). Only the first is an event.
     in_flight: VecDeque<(Time, u32)>,
     ctrl: VecDeque<u32>,
-    pub queues: [VecDeque<u32>; PRIORITIES],
+    /// The link's faults (loss included), if it has any; most links have
+    /// none, and the box keeps them out of the hot lines.
+    faults: Option<Box<Faults>>,
     pub qbytes: [u64; PRIORITIES],
-    /// Priorities the peer has paused (bit mask).
-    pub paused: u8,
+    pub queues: [VecDeque<u32>; PRIORITIES],
+    /// Frames sent per priority (progress, for the deadlock detector).
+    pub sent: [u64; PRIORITIES],
+    /// The latest in-order arrival on the link (jitter keeps order).
+    last_fifo: Time,
+    rate_bps: u64,
+    /// 1-based number within its node.
+    pub number: u32,
     pause_epoch: [u32; PRIORITIES],
     /// When the XOFF this port sent for a priority is due for refresh
     /// (with pause quanta).
     refresh_at: [Option<Time>; PRIORITIES],
     /// Bumped only when a priority's paused state changes (not on a refresh).
     wd_epoch: [u32; PRIORITIES],
-    /// Priorities whose queue the watchdog is dropping.
-    pub wd_active: u8,
-    /// Frames sent per priority (progress, for the deadlock detector).
-    pub sent: [u64; PRIORITIES],
     deficit: [i64; PRIORITIES],
     rr_next: usize,
 }
@@ -334,7 +338,7 @@ impl<'a> Sim<'a> {
                             duplicate: l.faults.duplicate,
                             corrupt: l.faults.corrupt,
                         };
-                        f.any().then_some(f)
+                        f.any().then(|| Box::new(f))
                     },
                     last_fifo: 0,
                     busy_until: 0,
@@ -785,7 +789,7 @@ impl<'a> Sim<'a> {
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
         port.busy_until = self.now + ser;
-        let (delay, link, faults) = (port.delay, port.link, port.faults);
+        let (delay, link, faulty) = (port.delay, port.link, port.faults.is_some());
         let more = !port.ctrl.is_empty()
             || port.queues.iter().any(|q| !q.is_empty())
             || (host && self.hosts[node].as_ref().is_some_and(|h| h.engine.has_transmit()));
@@ -799,10 +803,11 @@ impl<'a> Sim<'a> {
             self.drop_frame(fid);
             return;
         }
-        let Some(faults) = faults else {
+        if !faulty {
             self.on_the_wire(p, arrive, fid, true);
             return;
-        };
+        }
+        let faults = *self.ports[p].faults.as_deref().expect("a faulty link");
         let len = self.datagrams[fid as usize].len();
         let mut last_fifo = self.ports[p].last_fifo;
         let copies = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
