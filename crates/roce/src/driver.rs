@@ -79,7 +79,7 @@ pub(crate) struct Core {
     /// How ICRCs move with the IPv4 ID, by datagram length (GSO segments).
     ipv4_ids: Ipv4IdCache,
     /// Threads sleeping on `Shared::cq_cond` for a completion
-    /// (`Cq::wait`, an `ibv_poll_cq` doze). Notifying costs a futex
+    /// (`Cq::wait`). Notifying costs a futex
     /// syscall even with nobody waiting, and a woken thread a context
     /// switch, so progress notifies them only when it produced a
     /// completion: a stream of ACKs for unsignaled WRITEs wakes nobody.
