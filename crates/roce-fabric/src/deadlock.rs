@@ -8,13 +8,14 @@
 //! edge goes to each such queue of Y that is itself a vertex. A cycle
 //! means every queue on it waits for the next: none can ever send.
 
+use crate::hooks::LinkHooks;
 use crate::sim::Sim;
 
 /// A queue: (global port, priority).
 type Queue = (usize, usize);
 
 /// A cycle as (global port, priority) pairs, if one exists.
-pub(crate) fn find_cycle(sim: &Sim<'_>) -> Option<Vec<(usize, usize)>> {
+pub(crate) fn find_cycle<H: LinkHooks>(sim: &Sim<H>) -> Option<Vec<(usize, usize)>> {
     let vertex = |p: usize, q: usize| {
         let port = &sim.ports[p];
         port.paused & (1 << q) != 0

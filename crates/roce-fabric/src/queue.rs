@@ -67,6 +67,22 @@ impl<T: Copy> EventQueue<T> {
         Some((self.last, item))
     }
 
+    /// The time of the earliest event, without taking it: unlike a pop,
+    /// it leaves the queue's notion of now where it was, so events may
+    /// still be scheduled before the time it returns. It reads a whole
+    /// bucket when the events due now are done (clients' steps, not the
+    /// fabric's own loop, use it).
+    pub fn peek_time(&self) -> Option<u64> {
+        if self.now_pos < self.now.len() {
+            return Some(self.last);
+        }
+        if self.len == 0 {
+            return None;
+        }
+        let i = self.nonempty.trailing_zeros() as usize;
+        self.buckets[i].iter().map(|e| e.0).min()
+    }
+
     /// Moves on to the next time: the smallest bucket holds it; its
     /// events are spread over the lower buckets (each event moves down a
     /// bucket at most 64 times in all), those at the new time first.
@@ -94,7 +110,6 @@ impl<T: Copy> EventQueue<T> {
         }
     }
 
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -124,7 +139,9 @@ mod tests {
                 q.push(t, seq);
                 model.insert((t, seq), ());
             } else {
+                let peeked = q.peek_time();
                 let (t, s) = q.pop().unwrap();
+                assert_eq!(peeked, Some(t));
                 let (&(mt, ms), _) = model.iter().next().unwrap();
                 assert_eq!((t, s), (mt, ms));
                 model.remove(&(mt, ms));

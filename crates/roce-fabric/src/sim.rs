@@ -13,17 +13,19 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
+use std::rc::Rc;
 
 use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 use roce_proto::config::CnpConfig;
 use roce_proto::{
     Access, AddressVector, ConnectAttr, CqId, DatagramMeta, Engine, EngineConfig, IcrcCheck, Instant, MemBuf,
-    MrKeys, MrSpec, PathMtu, PdId, QpCap, QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, Wc, WcOpcode,
-    WcStatus, MAX_DATAGRAM,
+    MrKeys, MrSpec, PathMtu, PdId, QpCap, QpInitAttr, QpType, RecvWr, SendOp, SendWr, Sge, Transmit, Wc,
+    WcOpcode, WcStatus, MAX_DATAGRAM,
 };
 
 use crate::datagram::Datagram;
-use crate::faults::Faults;
+use crate::faults::{self, Faults};
+use crate::hooks::{self, Fate, LinkHooks, NoHooks, Verdict};
 use crate::queue::EventQueue;
 use crate::report::{Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
 use crate::rng::SimRng;
@@ -118,6 +120,8 @@ enum Ev {
     PauseExpire(u32, u8, u32),
     /// Port's node refreshes its XOFF on a priority if still congested.
     PauseRefresh(u32, u8),
+    /// A client's wake-up (its token's index in `wake_tokens`).
+    Wake(u32),
     Sample,
     DeadlockCheck,
 }
@@ -186,15 +190,33 @@ impl Port {
     fn total_bytes(&self) -> u64 {
         self.qbytes.iter().sum()
     }
+
+    /// Sets the line rate, with the picoseconds per byte when exact.
+    pub(crate) fn set_rate(&mut self, rate_bps: u64, ps_per_byte: Option<u64>) {
+        self.rate_bps = rate_bps;
+        self.ps_per_byte = ps_per_byte;
+    }
+
+    /// Sets the propagation delay.
+    pub(crate) fn set_delay(&mut self, delay: Time) {
+        self.delay = delay;
+    }
+
+    pub(crate) fn set_faults(&mut self, f: Faults) {
+        self.faults = f.any().then(|| Box::new(f));
+    }
 }
 
 struct Host {
+    /// The NIC's (first) port.
     port: usize,
-    pd: PdId,
+    /// With more than one port: the port towards each node (a mesh's
+    /// hosts); empty: every frame leaves by `port`.
+    egress: Vec<u32>,
     engine: Engine,
-    cq: CqId,
-    src: MrKeys,
-    dst: MrKeys,
+    /// What the scenario's flows use on this host (`None` for a host a
+    /// client drives).
+    fl: Option<FlowHost>,
     timer_at: Option<Time>,
     /// Bytes waiting in the NIC's egress queues.
     nic_queued: u64,
@@ -202,6 +224,14 @@ struct Host {
     rx_backlog: VecDeque<u32>,
     rx_bytes: u64,
     xoff_sent: bool,
+}
+
+/// A host's verbs objects for the scenario's flows.
+struct FlowHost {
+    pd: PdId,
+    cq: CqId,
+    src: MrKeys,
+    dst: MrKeys,
     /// QPN -> flow.
     qp_flow: HashMap<u32, usize>,
     /// Flows sent from here whose UDP source port is not yet known.
@@ -234,8 +264,19 @@ pub fn ip_node(ip: u32) -> NodeId {
 }
 
 /// The simulator state.
-pub(crate) struct Sim<'a> {
-    scn: &'a Scenario,
+pub(crate) struct Sim<H: LinkHooks = NoHooks> {
+    scn: Rc<Scenario>,
+    /// The client's view of the links (`NoHooks` for a scenario's run).
+    pub(crate) hooks: H,
+    /// With hooks: each frame's transmit metadata (beside `frames`).
+    txs: Vec<Option<Transmit>>,
+    /// Hosts a client drives: who has which address (empty: the fabric's
+    /// own hosts, at `host_ip`).
+    addrs: HashMap<IpAddr, NodeId>,
+    /// Wake-up tokens of a client's (`Ev::Wake`), and those due at the
+    /// time of the last step.
+    wake_tokens: Vec<u64>,
+    pub(crate) wakes: Vec<u64>,
     now: Time,
     heap: EventQueue<Ev>,
     /// Flows in order of start; the next to start is queued.
@@ -262,7 +303,7 @@ pub(crate) struct Sim<'a> {
     flows_done: usize,
     report: Report,
     /// Random streams: the links' faults, ECN marking.
-    rng_links: SimRng,
+    pub(crate) rng_links: SimRng,
     rng_ecn: SimRng,
     link_up: Vec<bool>,
     wc: Vec<Wc>,
@@ -270,6 +311,19 @@ pub(crate) struct Sim<'a> {
     /// sent counters.
     deadlock_suspect: Option<Vec<(QueueRef, u64)>>,
     ending: Option<Ending>,
+}
+
+/// How a client's step ([`Sim::step`]) ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepEnd {
+    /// Every event of one time ran.
+    Ran,
+    /// Nothing is queued.
+    Idle,
+    /// The next event is at or after the time limit.
+    TimeLimit,
+    /// The event limit is reached.
+    EventLimit,
 }
 
 /// Runs a scenario to its end.
@@ -308,11 +362,31 @@ fn cc_of(scn: &Scenario, rate: u64) -> Result<(CcAlgorithm, CnpConfig), FabricEr
     }
 }
 
-impl<'a> Sim<'a> {
-    fn new(scn: &'a Scenario) -> Result<Sim<'a>, FabricError> {
+impl Sim {
+    /// A scenario's run: its hosts, flows and timed events.
+    fn new(scn: &Scenario) -> Result<Sim, FabricError> {
         validate(scn)?;
-        let adj = Adjacency::new(scn);
-        let routes = Routes::build(scn, &adj).map_err(FabricError::Invalid)?;
+        let mut sim = Sim::build(Rc::new(scn.clone()), NoHooks)?;
+        sim.make_hosts()?;
+        sim.make_flows()?;
+        for (i, e) in scn.events.iter().enumerate() {
+            sim.push(e.at_ps, Ev::Scripted(i as u32));
+        }
+        if scn.monitor.interval_ps > 0 {
+            sim.push(0, Ev::Sample);
+        }
+        if scn.deadlock_check_ps > 0 {
+            sim.push(scn.deadlock_check_ps, Ev::DeadlockCheck);
+        }
+        Ok(sim)
+    }
+}
+
+impl<H: LinkHooks> Sim<H> {
+    /// The fabric of `scn`: ports, links, switches; no hosts yet.
+    pub(crate) fn build(scn: Rc<Scenario>, hooks: H) -> Result<Sim<H>, FabricError> {
+        let adj = Adjacency::new(&scn);
+        let routes = Routes::build(&scn, &adj).map_err(FabricError::Invalid)?;
         let mut ports = Vec::new();
         let mut first_port = Vec::with_capacity(scn.nodes.len());
         for (node, plist) in adj.ports.iter().enumerate() {
@@ -382,8 +456,15 @@ impl<'a> Sim<'a> {
                 NodeKind::Host => None,
             });
         }
-        let mut sim = Sim {
+        let seed = scn.seed;
+        let (nflows, nlinks) = (scn.flows.len(), scn.links.len());
+        Ok(Sim {
             scn,
+            hooks,
+            txs: Vec::new(),
+            addrs: HashMap::new(),
+            wake_tokens: Vec::new(),
+            wakes: Vec::new(),
             now: 0,
             heap: EventQueue::default(),
             start_order: Vec::new(),
@@ -399,32 +480,20 @@ impl<'a> Sim<'a> {
             mmu,
             hosts: Vec::new(),
             routes,
-            flows: vec![FlowState::default(); scn.flows.len()],
+            flows: vec![FlowState::default(); nflows],
             flows_done: 0,
             report: Report::default(),
-            rng_links: SimRng::new(scn.seed).fork("links"),
-            rng_ecn: SimRng::new(scn.seed).fork("ecn"),
-            link_up: vec![true; scn.links.len()],
+            rng_links: SimRng::new(seed).fork("links"),
+            rng_ecn: SimRng::new(seed).fork("ecn"),
+            link_up: vec![true; nlinks],
             wc: vec![Wc::EMPTY; 64],
             deadlock_suspect: None,
             ending: None,
-        };
-        sim.make_hosts()?;
-        sim.make_flows()?;
-        for (i, e) in scn.events.iter().enumerate() {
-            sim.push(e.at_ps, Ev::Scripted(i as u32));
-        }
-        if scn.monitor.interval_ps > 0 {
-            sim.push(0, Ev::Sample);
-        }
-        if scn.deadlock_check_ps > 0 {
-            sim.push(scn.deadlock_check_ps, Ev::DeadlockCheck);
-        }
-        Ok(sim)
+        })
     }
 
     fn make_hosts(&mut self) -> Result<(), FabricError> {
-        let scn = self.scn;
+        let scn = self.scn.clone();
         self.hosts = (0..scn.nodes.len()).map(|_| None).collect();
         let chunk = scn.nic.chunk_bytes as usize;
         for node in scn.hosts().collect::<Vec<_>>() {
@@ -432,7 +501,7 @@ impl<'a> Sim<'a> {
             let rate = self.ports[port].rate_bps;
             let ip = host_ip(node);
             let mut cfg = EngineConfig::new(vec![IpAddr::V4(Ipv4Addr::from(ip))]);
-            let (cc, cnp) = cc_of(scn, rate)?;
+            let (cc, cnp) = cc_of(&scn, rate)?;
             cfg.cc = cc;
             cfg.cnp = cnp;
             cfg.line_rate_bps = rate;
@@ -460,26 +529,22 @@ impl<'a> Sim<'a> {
             let dst = reg(&mut engine).map_err(|e| err(e.to_string()))?;
             self.hosts[node] = Some(Host {
                 port,
-                pd,
+                egress: Vec::new(),
                 engine,
-                cq,
-                src,
-                dst,
+                fl: Some(FlowHost { pd, cq, src, dst, qp_flow: HashMap::new(), sports_unknown: 0 }),
                 timer_at: None,
                 nic_queued: 0,
                 stalled: false,
                 rx_backlog: VecDeque::new(),
                 rx_bytes: 0,
                 xoff_sent: false,
-                qp_flow: HashMap::new(),
-                sports_unknown: 0,
             });
         }
         Ok(())
     }
 
     fn make_flows(&mut self) -> Result<(), FabricError> {
-        let scn = self.scn;
+        let scn = self.scn.clone();
         let mtu = PathMtu::from_bytes(scn.nic.mtu as usize).expect("validated");
         let chunk = scn.nic.chunk_bytes as u64;
         for (i, f) in scn.flows.iter().enumerate() {
@@ -487,11 +552,12 @@ impl<'a> Sim<'a> {
             let mut psn = [roce_wire::Psn::ZERO; 2];
             for (side, node) in [f.src, f.dst].into_iter().enumerate() {
                 let h = self.hosts[node].as_mut().expect("flow ends are hosts");
+                let fl = h.fl.as_mut().expect("a flow host");
                 let init = QpInitAttr {
                     qp_type: QpType::Rc,
-                    pd: h.pd,
-                    send_cq: h.cq,
-                    recv_cq: h.cq,
+                    pd: fl.pd,
+                    send_cq: fl.cq,
+                    recv_cq: fl.cq,
                     srq: None,
                     cap: QpCap {
                         max_send_wr: FLOW_WINDOW as u32,
@@ -507,9 +573,10 @@ impl<'a> Sim<'a> {
                     .create_qp(init)
                     .map_err(|e| FabricError::Engine { host: node, what: format!("create_qp: {e}") })?;
                 psn[side] = h.engine.random_psn();
-                h.qp_flow.insert(qpn[side], i);
+                let fl = h.fl.as_mut().expect("a flow host");
+                fl.qp_flow.insert(qpn[side], i);
                 if side == 0 {
-                    h.sports_unknown += 1;
+                    fl.sports_unknown += 1;
                 }
             }
             for (side, node) in [f.src, f.dst].into_iter().enumerate() {
@@ -569,73 +636,8 @@ impl<'a> Sim<'a> {
             }
             self.now = t;
             self.report.counters.events += 1;
-            match ev {
-                Ev::TxDone(p) => {
-                    let p = p as usize;
-                    self.ports[p].txdone_queued = false;
-                    self.start_tx(p);
-                    let port = &self.ports[p];
-                    if port.at_host {
-                        self.arm_timer(port.node);
-                    }
-                }
-                Ev::ArriveOne(p, fid) => self.arrive(p as usize, fid),
-                Ev::Arrive(p, fid) => {
-                    let port = &mut self.ports[p as usize];
-                    let first = port.in_flight.pop_front().expect("a frame in flight");
-                    debug_assert_eq!(first.1, fid, "the event names the link queue's first frame");
-                    let peer = port.peer;
-                    if let Some(&(next, nfid)) = port.in_flight.front() {
-                        self.push(next, Ev::Arrive(p, nfid));
-                    }
-                    self.arrive(peer, fid);
-                }
-                Ev::HostTimer(node) => {
-                    let h = self.hosts[node as usize].as_mut().expect("host");
-                    if h.timer_at == Some(t) {
-                        h.timer_at = None;
-                        let now = Instant::from_nanos(t / PS_PER_NS);
-                        if h.engine.poll_timeout().is_some_and(|d| d <= now) {
-                            h.engine.handle_timeout(now);
-                        }
-                        self.host_after_input(node as usize);
-                    }
-                }
-                Ev::FlowStart(i) => self.flow_start(i as usize),
-                Ev::Scripted(i) => self.scripted(i as usize),
-                Ev::WatchdogCheck(p, q, epoch) => self.watchdog_check(p as usize, q, epoch),
-                Ev::WatchdogRestore(p, q, epoch) => self.watchdog_restore(p as usize, q, epoch),
-                Ev::PauseExpire(p, q, epoch) => {
-                    let port = &mut self.ports[p as usize];
-                    if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) != 0 {
-                        port.paused &= !(1 << q);
-                        port.pause_epoch[q as usize] = epoch.wrapping_add(1);
-                        port.wd_epoch[q as usize] = port.wd_epoch[q as usize].wrapping_add(1);
-                        self.start_tx(p as usize);
-                    }
-                }
-                Ev::PauseRefresh(p, q) => self.pause_refresh(p as usize, q),
-                Ev::Sample => {
-                    self.sample();
-                    if self.real_pending > 0 {
-                        self.push(t + self.scn.monitor.interval_ps, Ev::Sample);
-                    }
-                }
-                Ev::DeadlockCheck => {
-                    if let Some(cycle) = self.deadlock_check() {
-                        if self.scn.watchdog.is_none() {
-                            self.ending = Some(Ending::Deadlock { at_ps: t, cycle });
-                            return;
-                        }
-                        // The watchdog may break it: note it and go on.
-                        if self.report.deadlocks.last().is_none_or(|(_, c)| *c != cycle) {
-                            self.report.deadlocks.push((t, cycle));
-                        }
-                    }
-                    if self.real_pending > 0 {
-                        self.push(t + self.scn.deadlock_check_ps, Ev::DeadlockCheck);
-                    }
-                }
+            if self.handle(t, ev) {
+                return;
             }
             if total > 0 && self.flows_done == total {
                 self.ending = Some(Ending::Completed);
@@ -648,6 +650,175 @@ impl<'a> Sim<'a> {
             }
         }
         self.ending = Some(if self.flows_done == total { Ending::Completed } else { Ending::Stalled });
+    }
+
+    /// Runs one event; true if it ends the run (a deadlock).
+    fn handle(&mut self, t: Time, ev: Ev) -> bool {
+        match ev {
+            Ev::TxDone(p) => {
+                let p = p as usize;
+                self.ports[p].txdone_queued = false;
+                self.start_tx(p);
+                let port = &self.ports[p];
+                if port.at_host {
+                    self.arm_timer(port.node);
+                }
+            }
+            Ev::ArriveOne(p, fid) => self.arrive(p as usize, fid),
+            Ev::Arrive(p, fid) => {
+                let port = &mut self.ports[p as usize];
+                let first = port.in_flight.pop_front().expect("a frame in flight");
+                debug_assert_eq!(first.1, fid, "the event names the link queue's first frame");
+                let peer = port.peer;
+                if let Some(&(next, nfid)) = port.in_flight.front() {
+                    self.push(next, Ev::Arrive(p, nfid));
+                }
+                self.arrive(peer, fid);
+            }
+            Ev::HostTimer(node) => {
+                let h = self.hosts[node as usize].as_mut().expect("host");
+                if h.timer_at == Some(t) {
+                    h.timer_at = None;
+                    let now = Instant::from_nanos(t / PS_PER_NS);
+                    if h.engine.poll_timeout().is_some_and(|d| d <= now) {
+                        h.engine.handle_timeout(now);
+                    }
+                    self.host_after_input(node as usize);
+                }
+            }
+            Ev::FlowStart(i) => self.flow_start(i as usize),
+            Ev::Scripted(i) => self.scripted(i as usize),
+            Ev::WatchdogCheck(p, q, epoch) => self.watchdog_check(p as usize, q, epoch),
+            Ev::WatchdogRestore(p, q, epoch) => self.watchdog_restore(p as usize, q, epoch),
+            Ev::PauseExpire(p, q, epoch) => {
+                let port = &mut self.ports[p as usize];
+                if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) != 0 {
+                    port.paused &= !(1 << q);
+                    port.pause_epoch[q as usize] = epoch.wrapping_add(1);
+                    port.wd_epoch[q as usize] = port.wd_epoch[q as usize].wrapping_add(1);
+                    self.start_tx(p as usize);
+                }
+            }
+            Ev::PauseRefresh(p, q) => self.pause_refresh(p as usize, q),
+            Ev::Wake(i) => self.wakes.push(self.wake_tokens[i as usize]),
+            Ev::Sample => {
+                self.sample();
+                if self.real_pending > 0 {
+                    self.push(t + self.scn.monitor.interval_ps, Ev::Sample);
+                }
+            }
+            Ev::DeadlockCheck => {
+                if let Some(cycle) = self.deadlock_check() {
+                    if self.scn.watchdog.is_none() {
+                        self.ending = Some(Ending::Deadlock { at_ps: t, cycle });
+                        return true;
+                    }
+                    // The watchdog may break it: note it and go on.
+                    if self.report.deadlocks.last().is_none_or(|(_, c)| *c != cycle) {
+                        self.report.deadlocks.push((t, cycle));
+                    }
+                }
+                if self.real_pending > 0 {
+                    self.push(t + self.scn.deadlock_check_ps, Ev::DeadlockCheck);
+                }
+            }
+        }
+        false
+    }
+
+    /// A client's step: runs every event of the next time, if that is
+    /// before `until` and fewer than `max_events` have run; the wake-ups
+    /// due then are in `wakes`.
+    pub(crate) fn step(&mut self, until: Time, max_events: u64) -> StepEnd {
+        self.wakes.clear();
+        let Some(t) = self.heap.peek_time() else { return StepEnd::Idle };
+        if t >= until {
+            return StepEnd::TimeLimit;
+        }
+        if self.report.counters.events >= max_events {
+            return StepEnd::EventLimit;
+        }
+        while self.heap.peek_time() == Some(t) {
+            let (t, ev) = self.heap.pop().expect("peeked");
+            if !ev.periodic() {
+                self.real_pending -= 1;
+            }
+            self.now = t;
+            self.report.counters.events += 1;
+            self.handle(t, ev);
+        }
+        StepEnd::Ran
+    }
+
+    // ------------------------------------------------------------ clients
+
+    /// Puts a client's host on `node` (a host node): its engine, and the
+    /// port towards each node (`egress[node]`; its own entry unused).
+    pub(crate) fn add_client_host(&mut self, node: NodeId, engine: Engine, egress: Vec<u32>) {
+        self.hosts.resize_with(self.scn.nodes.len(), || None);
+        self.hosts[node] = Some(Host {
+            port: self.first_port[node],
+            egress,
+            engine,
+            fl: None,
+            timer_at: None,
+            nic_queued: 0,
+            stalled: false,
+            rx_backlog: VecDeque::new(),
+            rx_bytes: 0,
+            xoff_sent: false,
+        });
+    }
+
+    /// Who has which address, for a client's hosts.
+    pub(crate) fn set_addresses(&mut self, addrs: HashMap<IpAddr, NodeId>) {
+        self.addrs = addrs;
+    }
+
+    pub(crate) fn host_of(&self, a: IpAddr) -> Option<NodeId> {
+        self.addrs.get(&a).copied()
+    }
+
+    pub(crate) fn engine(&self, node: NodeId) -> &Engine {
+        &self.hosts[node].as_ref().expect("a host").engine
+    }
+
+    pub(crate) fn engine_mut(&mut self, node: NodeId) -> &mut Engine {
+        &mut self.hosts[node].as_mut().expect("a host").engine
+    }
+
+    pub(crate) fn now(&self) -> Time {
+        self.now
+    }
+
+    pub(crate) fn counters(&self) -> &crate::report::Counters {
+        &self.report.counters
+    }
+
+    pub(crate) fn pending(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub(crate) fn schedule_wake(&mut self, at: Time, token: u64) {
+        let i = self.wake_tokens.len() as u32;
+        self.wake_tokens.push(token);
+        self.push(at.max(self.now), Ev::Wake(i));
+    }
+
+    /// Every host's ports start what they can and its engine's timer is
+    /// re-armed (after a client posted work). Every host has a port.
+    pub(crate) fn kick(&mut self) {
+        for node in 0..self.hosts.len() {
+            if self.hosts[node].is_none() {
+                continue;
+            }
+            let ports =
+                self.first_port[node]..self.first_port.get(node + 1).copied().unwrap_or(self.ports.len());
+            for p in ports {
+                self.start_tx(p);
+            }
+            self.arm_timer(node);
+        }
     }
 
     fn finish(mut self) -> Report {
@@ -683,6 +854,9 @@ impl<'a> Sim<'a> {
         } else {
             self.frames.push(Some(f));
             self.datagrams.push(bytes);
+            if H::ACTIVE {
+                self.txs.push(None);
+            }
             (self.frames.len() - 1) as u32
         }
     }
@@ -783,7 +957,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let (node, host) = (self.ports[p].node, self.ports[p].at_host);
-        let fid = if host { self.host_dequeue(node) } else { self.switch_dequeue(p) };
+        let fid = if host { self.host_dequeue(node, p) } else { self.switch_dequeue(p) };
         let Some(fid) = fid else { return };
         let wire = self.frame(fid).wire;
         let port = &mut self.ports[p];
@@ -803,40 +977,90 @@ impl<'a> Sim<'a> {
             self.drop_frame(fid);
             return;
         }
-        if !faulty {
+        let hooked = H::ACTIVE && self.frame(fid).pfc.is_none();
+        if !faulty && !hooked {
             self.on_the_wire(p, arrive, fid, true);
             return;
         }
-        let faults = *self.ports[p].faults.as_deref().expect("a faulty link");
-        let len = self.datagrams[fid as usize].len();
-        let mut last_fifo = self.ports[p].last_fifo;
-        let copies = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
-        self.ports[p].last_fifo = last_fifo;
-        let mut original = Some(fid);
-        for copy in copies.into_iter().flatten() {
-            let id = match original.take() {
-                Some(id) => id,
-                None => {
-                    self.report.counters.duplicated += 1;
-                    self.clone_frame(fid)
+        self.send_copies(p, fid, arrive, hooked);
+    }
+
+    /// Puts frame `fid` on port `p`'s faulty or watched link, due to
+    /// arrive at `arrive` were the link perfect: the client's verdict,
+    /// else the link's faults, decide what copies arrive when.
+    fn send_copies(&mut self, p: usize, fid: u32, arrive: Time, hooked: bool) {
+        let (from, to) = (self.ports[p].node, self.ports[self.ports[p].peer].node);
+        let mut verdict = Verdict::Pass;
+        if hooked {
+            let n = self.datagrams[fid as usize].len();
+            self.datagrams[fid as usize].write_to(&mut self.scratch);
+            verdict = self.hooks.judge(self.now, from, to, &self.scratch[..n]);
+        }
+        let intact = |at| faults::Copy { arrive: Some(at), flip_bit: None };
+        // Each copy, and whether it rides the link's FIFO queue (a copy
+        // delayed out of order arrives by an event of its own).
+        let copies: [Option<(faults::Copy, bool)>; 2] = match verdict {
+            Verdict::Drop => [Some((faults::Copy { arrive: None, flip_bit: None }, true)), None],
+            Verdict::Delay(d) => [Some((intact(arrive + d), false)), None],
+            Verdict::Duplicate => [Some((intact(arrive), true)), Some((intact(arrive), true))],
+            Verdict::Pass => match self.ports[p].faults.as_deref().copied() {
+                None => [Some((intact(arrive), true)), None],
+                Some(faults) => {
+                    let len = self.datagrams[fid as usize].len();
+                    let mut last_fifo = self.ports[p].last_fifo;
+                    let dealt = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
+                    self.ports[p].last_fifo = last_fifo;
+                    dealt.map(|c| c.map(|c| (c, c.arrive == Some(last_fifo))))
                 }
-            };
-            let Some(at) = copy.arrive else {
-                self.report.counters.dropped_link += 1;
-                self.drop_frame(id);
-                continue;
-            };
+            },
+        };
+        // Arriving copies: the first is the frame, a second its copy (made
+        // before any bit of the first is flipped). A lost copy takes none.
+        let arriving = copies.iter().flatten().filter(|(c, _)| c.arrive.is_some()).count();
+        let second = (arriving == 2).then(|| self.clone_frame(fid));
+        let mut next = [fid, second.unwrap_or(fid)].into_iter();
+        for (i, (copy, in_order)) in copies.into_iter().flatten().enumerate() {
+            if i == 1 {
+                self.report.counters.duplicated += 1;
+            }
+            let id =
+                if copy.arrive.is_some() { next.next().expect("one frame per arriving copy") } else { fid };
             if let Some(bit) = copy.flip_bit {
                 self.datagrams[id as usize].flip_bit(bit as usize, &mut self.bufs);
                 self.report.counters.corrupted += 1;
             }
-            // A copy at the in-order time rides the link's queue; one
-            // delayed out of order arrives by an event of its own.
-            self.on_the_wire(p, at, id, at == last_fifo);
+            if hooked {
+                let fate = match (copy.arrive, copy.flip_bit) {
+                    (None, _) => Fate::Lost,
+                    (Some(_), Some(bit)) => Fate::Corrupted { bit },
+                    (Some(_), None) => Fate::Delivered,
+                };
+                let n = self.datagrams[id as usize].len();
+                self.datagrams[id as usize].write_to(&mut self.scratch);
+                let tx = self.txs[id as usize].as_ref().expect("a host's frame has its transmit");
+                self.hooks.on_copy(&hooks::Copy {
+                    sent: self.now,
+                    arrive: copy.arrive,
+                    from,
+                    to: Some(to),
+                    copy: i as u8,
+                    fate,
+                    tx,
+                    bytes: &self.scratch[..n],
+                });
+            }
+            let Some(at) = copy.arrive else {
+                self.report.counters.dropped_link += 1;
+                let f = self.frame(fid);
+                if f.pfc.is_none() {
+                    self.report.counters.dropped_bytes += f.wire as u64;
+                }
+                continue;
+            };
+            self.on_the_wire(p, at, id, in_order);
         }
-        if let Some(id) = original {
-            // Two copies both lost: the original was never used.
-            self.free_frame(id);
+        if arriving == 0 {
+            self.free_frame(fid);
         }
     }
 
@@ -858,7 +1082,11 @@ impl<'a> Sim<'a> {
     fn clone_frame(&mut self, fid: u32) -> u32 {
         let copy = *self.frame(fid);
         let bytes = self.datagrams[fid as usize].copy(&mut self.bufs);
-        self.alloc_frame(copy, bytes)
+        let id = self.alloc_frame(copy, bytes);
+        if H::ACTIVE {
+            self.txs[id as usize] = self.txs[fid as usize];
+        }
+        id
     }
 
     /// Queues a `TxDone` for the end of port `p`'s frame if none is.
@@ -1101,8 +1329,11 @@ impl<'a> Sim<'a> {
     /// The next frame a host NIC sends: a PFC frame, else the highest
     /// unpaused priority's, else whatever the engine has now (frames for a
     /// paused priority wait in their queue).
-    fn host_dequeue(&mut self, node: NodeId) -> Option<u32> {
-        let p = self.hosts[node].as_ref().expect("host").port;
+    ///
+    /// A NIC with several ports (a mesh's host) puts what the engine gives
+    /// in the queue of the port towards its destination, and starts that
+    /// port.
+    fn host_dequeue(&mut self, node: NodeId, p: usize) -> Option<u32> {
         if let Some(f) = self.ports[p].ctrl.pop_front() {
             return Some(f);
         }
@@ -1122,22 +1353,50 @@ impl<'a> Sim<'a> {
                 return None;
             }
             let fid = self.poll_engine(node)?;
-            let (q, wire) = {
+            let (q, wire, dst) = {
                 let f = self.frame(fid);
-                (f.prio as usize, f.wire as u64)
+                (f.prio as usize, f.wire as u64, f.dst_host as usize)
             };
-            let port = &mut self.ports[p];
+            let h = self.hosts[node].as_mut().expect("host");
+            h.nic_queued += wire;
+            let out = if h.egress.is_empty() { p } else { h.egress[dst] as usize };
+            let port = &mut self.ports[out];
             port.queues[q].push_back(fid);
             port.qbytes[q] += wire;
-            self.hosts[node].as_mut().expect("host").nic_queued += wire;
+            if out != p {
+                self.start_tx(out);
+            }
         }
     }
 
     /// One datagram from the engine as a frame, classified by priority.
     fn poll_engine(&mut self, node: NodeId) -> Option<u32> {
         let now = Instant::from_nanos(self.now / PS_PER_NS);
+        let (t, dst_host) = loop {
+            let h = self.hosts[node].as_mut().expect("host");
+            let t = h.engine.poll_transmit(now, &mut self.scratch)?;
+            if self.addrs.is_empty() {
+                break (t, None);
+            }
+            // A client's hosts: the destination by its address.
+            if let Some(&dst) = self.addrs.get(&t.meta.dst) {
+                break (t, Some(dst));
+            }
+            self.report.counters.dropped_unroutable += 1;
+            if H::ACTIVE {
+                self.hooks.on_copy(&hooks::Copy {
+                    sent: self.now,
+                    arrive: None,
+                    from: node,
+                    to: None,
+                    copy: 0,
+                    fate: Fate::Unroutable,
+                    tx: &t,
+                    bytes: &self.scratch[..t.len],
+                });
+            }
+        };
         let h = self.hosts[node].as_mut().expect("host");
-        let t = h.engine.poll_transmit(now, &mut self.scratch)?;
         let bytes = Datagram::store(&self.scratch[..t.len], &mut self.bufs);
         let opcode = self.scratch[0];
         let ack = opcode == OPCODE_ACK || opcode == OPCODE_CNP;
@@ -1152,23 +1411,24 @@ impl<'a> Sim<'a> {
             (IpAddr::V4(s), IpAddr::V4(d)) => (u32::from(s), u32::from(d)),
             _ => (0, 0),
         };
-        if !ack && h.sports_unknown > 0 {
-            if let Some(&flow) = h.qp_flow.get(&t.qpn) {
+        if let Some(fl) = h.fl.as_mut().filter(|f| !ack && f.sports_unknown > 0) {
+            if let Some(&flow) = fl.qp_flow.get(&t.qpn) {
                 if self.flows[flow].sport == 0 && self.scn.flows[flow].src == node {
                     self.flows[flow].sport = t.meta.src_port;
-                    h.sports_unknown -= 1;
+                    fl.sports_unknown -= 1;
                 }
             }
         }
-        let wire = self.scn.framing.data_wire_len(20 + 8 + t.len);
+        let ip_header = if t.meta.dst.is_ipv4() { 20 } else { 40 };
+        let wire = self.scn.framing.data_wire_len(ip_header + 8 + t.len);
         self.report.counters.host_tx_frames += 1;
         self.report.counters.host_tx_bytes += wire as u64;
-        Some(self.alloc_frame(
+        let fid = self.alloc_frame(
             Frame {
                 pfc: None,
                 prio,
                 wire,
-                dst_host: ip_node(dst_ip) as u32,
+                dst_host: dst_host.unwrap_or_else(|| ip_node(dst_ip)) as u32,
                 src_ip,
                 dst_ip,
                 sport: t.meta.src_port,
@@ -1178,7 +1438,11 @@ impl<'a> Sim<'a> {
                 in_port: u32::MAX,
             },
             bytes,
-        ))
+        );
+        if H::ACTIVE {
+            self.txs[fid as usize] = Some(t);
+        }
+        Some(fid)
     }
 
     fn host_receive(&mut self, node: NodeId, fid: u32) {
@@ -1208,13 +1472,17 @@ impl<'a> Sim<'a> {
 
     fn deliver(&mut self, node: NodeId, fid: u32) {
         let f = self.frames[fid as usize].as_ref().expect("frame");
-        let meta = DatagramMeta {
-            src: IpAddr::V4(Ipv4Addr::from(f.src_ip)),
-            dst: IpAddr::V4(Ipv4Addr::from(f.dst_ip)),
-            src_port: f.sport,
-            dst_port: f.dport,
-            ecn: f.ecn,
-            ipv4_id: Some(0),
+        let meta = match self.txs.get(fid as usize).copied().flatten() {
+            // A client's host: the engine's addresses, v4 or v6.
+            Some(tx) => DatagramMeta { ecn: f.ecn, ipv4_id: tx.meta.ipv4_id.or(Some(0)), ..tx.meta },
+            None => DatagramMeta {
+                src: IpAddr::V4(Ipv4Addr::from(f.src_ip)),
+                dst: IpAddr::V4(Ipv4Addr::from(f.dst_ip)),
+                src_port: f.sport,
+                dst_port: f.dport,
+                ecn: f.ecn,
+                ipv4_id: Some(0),
+            },
         };
         let now = Instant::from_nanos(self.now / PS_PER_NS);
         let h = self.hosts[node].as_mut().expect("host");
@@ -1269,7 +1537,9 @@ impl<'a> Sim<'a> {
     fn reap(&mut self, node: NodeId) {
         loop {
             let h = self.hosts[node].as_mut().expect("host");
-            let n = h.engine.poll_cq(h.cq, &mut self.wc).unwrap_or_default();
+            // A client's host: the client polls.
+            let Some(fl) = &h.fl else { return };
+            let n = h.engine.poll_cq(fl.cq, &mut self.wc).unwrap_or_default();
             if n == 0 {
                 return;
             }
@@ -1330,13 +1600,14 @@ impl<'a> Sim<'a> {
         let (src_qpn, dst) = (self.flows[i].src_qpn, spec.dst);
         let remote = {
             let d = self.hosts[dst].as_ref().expect("host");
-            d.dst
+            d.fl.as_ref().expect("a flow host").dst
         };
         let h = self.hosts[spec.src].as_mut().expect("host");
+        let src = h.fl.as_ref().expect("a flow host").src;
         let st = &mut self.flows[i];
         while st.posted < st.wrs && st.posted - st.completed < FLOW_WINDOW {
             let len = if st.posted + 1 == st.wrs { spec.size - chunk * (st.wrs - 1) } else { chunk };
-            let sge = Sge { addr: h.src.addr, length: len as u32, lkey: h.src.lkey };
+            let sge = Sge { addr: src.addr, length: len as u32, lkey: src.lkey };
             let op = match spec.op {
                 FlowOp::Write => SendOp::Write { remote_addr: remote.addr, rkey: remote.rkey },
                 FlowOp::Send => SendOp::Send,
@@ -1354,12 +1625,13 @@ impl<'a> Sim<'a> {
     fn post_recvs(&mut self, i: usize) {
         let spec = &self.scn.flows[i];
         let h = self.hosts[spec.dst].as_mut().expect("host");
+        let dst = h.fl.as_ref().expect("a flow host").dst;
         let st = &mut self.flows[i];
         let chunk = self.scn.nic.chunk_bytes;
         while st.recvs_posted < st.wrs && st.recvs_posted - st.recvs_done < 2 * FLOW_WINDOW {
             let wr = RecvWr {
                 wr_id: i as u64,
-                sg_list: vec![Sge { addr: h.dst.addr, length: chunk, lkey: h.dst.lkey }],
+                sg_list: vec![Sge { addr: dst.addr, length: chunk, lkey: dst.lkey }],
             };
             if h.engine.post_recv(st.dst_qpn, wr).is_err() {
                 return;
@@ -1450,7 +1722,7 @@ impl<'a> Sim<'a> {
 }
 
 /// Frame accessors for the deadlock detector.
-impl Sim<'_> {
+impl<H: LinkHooks> Sim<H> {
     pub(crate) fn is_switch(&self, node: NodeId) -> bool {
         self.hosts.get(node).is_some_and(|h| h.is_none())
     }
