@@ -8,7 +8,7 @@
 //! run, not a failure, only if every RETRY_EXC_ERR in it is explained so.
 
 use roce_proto::WcStatus;
-use roce_wire::{Psn, RocePacket};
+use roce_wire::{Psn, RocePacket, RocePacketRepr, Syndrome};
 
 use crate::net::trace::{Fate, TraceMode, TraceRecord};
 use crate::run::{simulate, Config};
@@ -23,6 +23,20 @@ fn bth(r: &TraceRecord) -> Option<(bool, u32, Psn)> {
     }
     let p = RocePacket::new_checked(&bytes[..]).ok()?;
     Some((p.opcode_info().request, p.bth().dest_qp(), p.bth().psn()))
+}
+
+/// Whether a response lets the requester get past `stuck`: it covers a
+/// later PSN, or `stuck` itself other than as a NAK. A PSN sequence-error
+/// NAK at `stuck` asks for `stuck` again (go-back-N, IBTA §9.7.5.2.5); an
+/// RNR NAK there only delays it (§9.7.5.2.8).
+fn progresses(bytes: &[u8], stuck: Psn) -> bool {
+    let Ok(p) = RocePacketRepr::parse(bytes) else { return false };
+    let nak = matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_) | Syndrome::RnrNak { .. }));
+    if p.bth.psn == stuck {
+        !nak
+    } else {
+        !p.bth.psn.is_before(stuck)
+    }
 }
 
 /// If every RETRY_EXC_ERR of the seed is a legitimate exhaustion, says why
@@ -70,13 +84,15 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
         }
         let copies: Vec<_> = sent.iter().filter(|(_, p)| *p == stuck).collect();
         let from = copies[copies.len() - need].0.sent;
-        // An intact response at or past the stuck PSN that arrived in the
-        // meantime would have let the requester progress.
+        // An intact response past the stuck PSN, or at it but no NAK,
+        // that arrived in the meantime would have let the requester
+        // progress.
         let answered = recs.iter().any(|r| {
             r.to == Some(e.host)
                 && r.fate == Fate::Delivered
                 && r.arrive.is_some_and(|t| t >= from && t <= e.at)
-                && matches!(bth(r), Some((false, q, psn)) if q == qpn && !psn.is_before(stuck))
+                && matches!(bth(r), Some((false, q, _)) if q == qpn)
+                && progresses(&r.bytes, stuck)
         });
         if answered {
             return None;

@@ -5,7 +5,9 @@
 //! ```text
 //! seed ─┬─ workload::generate ─> Plan ─ workload::setup ─> engines, MRs, QPs
 //!       └─ net (links: delay, jitter, loss, reorder, duplicate, corrupt)
-//! driver: posts WRs at their times, polls CQs   <──  Network::run (event loop)
+//! driver: posts WRs at their times, polls CQs   <──  Network::run (the
+//!                                                     fabric simulator's
+//!                                                     event loop, a mesh)
 //! check::verify: liveness, counters, completions, atomics, UD, every byte
 //! ```
 //!

@@ -218,8 +218,8 @@ impl Run {
             queue_full: self.observed.queue_full,
             ..Report::default()
         };
-        for h in net.hosts() {
-            let c = h.engine.counters();
+        for h in 0..net.host_count() {
+            let c = net.engine(h).counters();
             r.rnr_naks += c.send_rnr_err;
             r.seq_naks += c.rcvd_seq_err;
             r.timeouts += c.completer_retry_err;

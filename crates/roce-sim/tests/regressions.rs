@@ -156,16 +156,30 @@ fn responses_to_requests_sent_before_a_rewind_are_accepted() {
 }
 
 /// A RETRY_EXC_ERR is legitimate when the stuck request went out
-/// retry_cnt + 1 times and no response got through: seed 116250 (one of 4
+/// retry_cnt + 1 times and no response got through: seed 60642 (one of 5
 /// in 200,000) loses or corrupts every copy of a request or its response
 /// eight times in a row. The soak counts it apart, and only after the trace
 /// proves it.
 #[test]
 fn legitimate_retry_exhaustion_is_told_apart() {
     let cfg = roce_sim::Config::default();
-    assert!(roce_sim::run_seed(116250, &cfg).is_err());
-    let why = roce_sim::exhaustion::explain(116250, &cfg).expect("a legitimate exhaustion");
+    assert!(roce_sim::run_seed(60642, &cfg).is_err());
+    let why = roce_sim::exhaustion::explain(60642, &cfg).expect("a legitimate exhaustion");
     assert!(why.contains("sent 8 times") && why.contains("no response got through"), "{why}");
     // A run without RETRY_EXC_ERR has nothing to explain.
     assert!(roce_sim::exhaustion::explain(0, &cfg).is_none());
+}
+
+/// Seed 56836: host 1's READ exhausts its retries; its QP in error, host 3
+/// (its peer, mid-retransmission of a SEND) then gets no answer and
+/// exhausts too. The PSN sequence-error NAK that started host 3's last
+/// round of retransmissions arrives at the instant the round starts: it
+/// asks for the stuck PSN again, it does not answer it, and the
+/// explanation must not count it as a response that got through.
+#[test]
+fn a_sequence_nak_at_the_stuck_psn_is_no_answer() {
+    let cfg = roce_sim::Config::default();
+    assert!(roce_sim::run_seed(56836, &cfg).is_err());
+    let why = roce_sim::exhaustion::explain(56836, &cfg).expect("a legitimate exhaustion");
+    assert!(why.contains("host 1 QP") && why.contains("host 3 QP"), "{why}");
 }

@@ -1,20 +1,23 @@
-//! A deterministic in-process network: N hosts, each running a
-//! `roce_proto::Engine`, joined by one-way simulated links (one per ordered
-//! pair of hosts), driven by a discrete-event loop in integer nanoseconds.
+//! The harness's network: N hosts, each running a `roce_proto::Engine`,
+//! on the fabric simulator (`roce_fabric::mesh`): a full mesh of one-way
+//! links, one per ordered pair of hosts, each with the delay, rate and
+//! faults of its [`LinkParams`], in the fabric's event loop (integer
+//! picoseconds; the engines and this API see nanoseconds).
 //!
-//! Each step of [`Network::run`] takes the earliest due time `t` and
-//! 1. delivers every datagram due at `t` (`handle_datagram`) and runs every
-//!    engine timer due at `t` (`handle_timeout`), in event order;
-//! 2. lets the application act on the wake-ups due at `t` (post work
+//! Each step of [`Network::run`] runs every fabric event of the next time
+//! `t` (frames reaching hosts, engine timers, wake-ups), then
+//! 1. lets the application act on the wake-ups due at `t` (post work
 //!    requests, poll completion queues);
-//! 3. drains every engine's `poll_transmit` into the links, host by host,
-//!    and re-arms each engine's timer from `poll_timeout`.
+//! 2. lets every NIC take what its engine now has to send, and re-arms the
+//!    engines' timers.
 //!
-//! All randomness comes from the network's own [`SimRng`] stream and the
-//! events are totally ordered by (time, sequence number), so one seed gives
-//! one packet trace.
+//! Every datagram a host puts on a link is first shown to the [`Rule`]s
+//! (directed faults), then meets the link's random faults; every copy is
+//! recorded in the [`Trace`] and shown to the [`Tap`]s. All randomness
+//! comes from the network's own [`SimRng`] stream and the fabric's events
+//! are totally ordered by (time, sequence number), so one seed gives one
+//! packet trace.
 
-mod event;
 pub mod link;
 pub mod pcap;
 pub mod trace;
@@ -22,27 +25,21 @@ pub mod trace;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use roce_proto::{DatagramMeta, Duration, Engine, Instant, Transmit};
+use roce_fabric::hooks::{self, LinkHooks};
+use roce_fabric::mesh::{Mesh, MeshLink};
+use roce_fabric::sim::StepEnd;
+use roce_fabric::Time;
+use roce_proto::{Duration, Engine, Instant};
 
 use crate::rng::SimRng;
-pub use event::{Event, EventQueue};
 pub use link::{CopyFate, Link, LinkParams};
 pub use trace::{Fate, Trace, TraceMode, TraceRecord};
 
 /// Index of a host in the network.
 pub type HostId = usize;
 
-/// Largest datagram an engine may produce (4096-byte MTU plus headers).
-const MAX_DATAGRAM: usize = 9000;
-
-/// A simulated machine: one RDMA device.
-pub struct Host {
-    pub engine: Engine,
-    /// The device's GIDs (its IP addresses).
-    pub addrs: Vec<IpAddr>,
-    /// The deadline a `Timer` event is queued for, if any.
-    timer_armed: Option<Instant>,
-}
+/// Picoseconds per nanosecond (the fabric's time unit, the engines').
+const PS: u64 = 1000;
 
 /// Packet counts of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -64,8 +61,8 @@ pub struct NetStats {
 /// What the application does when the network wakes it.
 pub trait App {
     /// Called once per step, after the step's deliveries and timers and
-    /// before the transmit drain, with the wake tokens due now (possibly
-    /// none).
+    /// before the NICs take what the engines have to send, with the wake
+    /// tokens due now (possibly none).
     fn on_step(&mut self, net: &mut Network, wakes: &[u64]);
 }
 
@@ -120,234 +117,261 @@ pub enum RunEnd {
     EventLimit,
 }
 
-/// The network and everything attached to it.
-pub struct Network {
-    hosts: Vec<Host>,
-    routes: BTreeMap<IpAddr, HostId>,
-    /// One-way links by (from, to), created on first use from `default_link`.
-    links: BTreeMap<(HostId, HostId), Link>,
-    default_link: LinkParams,
-    queue: EventQueue,
-    rng: SimRng,
-    now: Instant,
+/// What the harness sees of the links: its rules, taps, trace and counts
+/// (the fabric's [`LinkHooks`]).
+#[derive(Default)]
+struct Wire {
     trace: Trace,
     taps: Vec<Box<dyn Tap>>,
     rules: Vec<Box<dyn Rule>>,
     stats: NetStats,
-    buf: Vec<u8>,
+}
+
+impl LinkHooks for Wire {
+    fn judge(&mut self, now: Time, from: usize, to: usize, bytes: &[u8]) -> hooks::Verdict {
+        let now = Instant(now / PS);
+        match self.rules.iter_mut().map(|r| r.judge(now, from, to, bytes)).find(|v| *v != Verdict::Pass) {
+            None | Some(Verdict::Pass) => hooks::Verdict::Pass,
+            Some(Verdict::Drop) => hooks::Verdict::Drop,
+            Some(Verdict::Delay(d)) => hooks::Verdict::Delay(d.0.saturating_mul(PS)),
+            Some(Verdict::Duplicate) => hooks::Verdict::Duplicate,
+        }
+    }
+
+    fn on_copy(&mut self, c: &hooks::Copy<'_>) {
+        let fate = match c.fate {
+            hooks::Fate::Delivered => Fate::Delivered,
+            hooks::Fate::Lost => Fate::Lost,
+            hooks::Fate::Corrupted { bit } => Fate::Corrupted { bit },
+            hooks::Fate::Unroutable => Fate::Unroutable,
+        };
+        let s = &mut self.stats;
+        if c.copy == 0 {
+            s.sent += 1;
+        } else {
+            s.duplicated += 1;
+        }
+        match fate {
+            Fate::Delivered => s.delivered += 1,
+            Fate::Corrupted { .. } => s.corrupted += 1,
+            Fate::Lost => s.lost += 1,
+            Fate::Unroutable => s.unroutable += 1,
+        }
+        let arrive = c.arrive.map(|t| Instant(t / PS));
+        self.trace.record(Instant(c.sent / PS), arrive, c.from, c.to, c.copy, fate, c.tx, c.bytes);
+        for t in &mut self.taps {
+            t.on_copy(c.from, c.to, fate, c.bytes);
+        }
+    }
+}
+
+/// What a network holds before it first runs.
+struct Pending {
+    engines: Vec<Engine>,
+    wire: Wire,
+    rng: SimRng,
+}
+
+/// The hosts, before the network first runs, or the fabric they run on.
+enum Hosts {
+    Building(Box<Pending>),
+    Running(Box<Mesh<Wire>>),
+}
+
+/// The network and everything attached to it.
+pub struct Network {
+    hosts: Hosts,
+    /// Links set with [`Network::set_link`]; the others are `default_link`.
+    links: BTreeMap<(HostId, HostId), LinkParams>,
+    default_link: LinkParams,
+}
+
+/// A harness link as the fabric's mesh link.
+fn mesh_link(p: LinkParams) -> MeshLink {
+    MeshLink {
+        delay: p.delay.max(Duration(1)).0 * PS,
+        rate_bps: p.rate_bps,
+        faults: roce_fabric::faults::Faults {
+            jitter: p.jitter.0 * PS,
+            loss: p.loss,
+            reorder: p.reorder,
+            reorder_delay: p.reorder_delay.0 * PS,
+            duplicate: p.duplicate,
+            corrupt: p.corrupt,
+        },
+    }
 }
 
 impl Network {
     /// An empty network whose faults draw from `rng`; links not configured
     /// with [`Network::set_link`] get `default_link`.
     pub fn new(rng: SimRng, default_link: LinkParams, trace: TraceMode) -> Network {
-        Network {
-            hosts: Vec::new(),
-            routes: BTreeMap::new(),
-            links: BTreeMap::new(),
-            default_link,
-            queue: EventQueue::default(),
-            rng,
-            now: Instant::ZERO,
+        let wire = Wire {
             trace: Trace::new(trace),
             taps: Vec::new(),
             rules: Vec::new(),
             stats: NetStats::default(),
-            buf: vec![0; MAX_DATAGRAM],
+        };
+        Network {
+            hosts: Hosts::Building(Box::new(Pending { engines: Vec::new(), wire, rng })),
+            links: BTreeMap::new(),
+            default_link,
         }
     }
 
-    /// Attaches a host; its addresses are the engine's GID table.
+    /// Attaches a host; its addresses are the engine's GID table. Hosts
+    /// are attached before the network first runs or schedules a wake-up.
     ///
     /// # Panics
-    /// If another host already owns one of the addresses.
+    /// If the network has run already.
     pub fn add_host(&mut self, engine: Engine) -> HostId {
-        let id = self.hosts.len();
-        let addrs = engine.config().gids.clone();
-        for a in &addrs {
-            let prev = self.routes.insert(*a, id);
-            assert!(prev.is_none(), "address {a} assigned to two hosts");
-        }
-        self.hosts.push(Host { engine, addrs, timer_armed: None });
-        id
+        let Hosts::Building(b) = &mut self.hosts else {
+            panic!("hosts are attached before the network runs");
+        };
+        b.engines.push(engine);
+        b.engines.len() - 1
     }
 
     /// Sets the parameters of the one-way link `from -> to`.
     pub fn set_link(&mut self, from: HostId, to: HostId, params: LinkParams) {
-        self.links.insert((from, to), Link::new(params));
+        self.links.insert((from, to), params);
+        if let Hosts::Running(m) = &mut self.hosts {
+            m.set_link(from, to, mesh_link(params));
+        }
     }
 
     pub fn link_params(&self, from: HostId, to: HostId) -> LinkParams {
-        self.links.get(&(from, to)).map_or(self.default_link, |l| l.params)
+        self.links.get(&(from, to)).copied().unwrap_or(self.default_link)
     }
 
     pub fn add_tap(&mut self, tap: Box<dyn Tap>) {
-        self.taps.push(tap);
+        self.wire_mut().taps.push(tap);
     }
 
     /// Adds a directed fault; rules are asked in the order they were added.
     pub fn add_rule(&mut self, rule: Box<dyn Rule>) {
-        self.rules.push(rule);
+        self.wire_mut().rules.push(rule);
     }
 
-    pub fn hosts(&self) -> &[Host] {
-        &self.hosts
+    fn wire(&self) -> &Wire {
+        match &self.hosts {
+            Hosts::Building(b) => &b.wire,
+            Hosts::Running(m) => m.hooks(),
+        }
+    }
+
+    fn wire_mut(&mut self) -> &mut Wire {
+        match &mut self.hosts {
+            Hosts::Building(b) => &mut b.wire,
+            Hosts::Running(m) => m.hooks_mut(),
+        }
+    }
+
+    /// The fabric, built from the hosts attached so far on first use.
+    ///
+    /// # Panics
+    /// With fewer than two hosts, or an address on two of them.
+    fn mesh(&mut self) -> &mut Mesh<Wire> {
+        if let Hosts::Building(b) = &mut self.hosts {
+            let (engines, wire, rng) =
+                (std::mem::take(&mut b.engines), std::mem::take(&mut b.wire), b.rng.clone());
+            let (links, default) = (&self.links, self.default_link);
+            let link = |a, b| mesh_link(links.get(&(a, b)).copied().unwrap_or(default));
+            let mesh = Mesh::new(engines, link, rng, wire).unwrap_or_else(|e| panic!("the network: {e}"));
+            self.hosts = Hosts::Running(Box::new(mesh));
+        }
+        match &mut self.hosts {
+            Hosts::Running(m) => m,
+            Hosts::Building(_) => unreachable!("built above"),
+        }
+    }
+
+    /// Number of hosts.
+    pub fn host_count(&self) -> usize {
+        match &self.hosts {
+            Hosts::Building(b) => b.engines.len(),
+            Hosts::Running(m) => m.hosts(),
+        }
     }
 
     pub fn engine(&self, h: HostId) -> &Engine {
-        &self.hosts[h].engine
+        match &self.hosts {
+            Hosts::Building(b) => &b.engines[h],
+            Hosts::Running(m) => m.engine(h),
+        }
     }
 
     pub fn engine_mut(&mut self, h: HostId) -> &mut Engine {
-        &mut self.hosts[h].engine
+        match &mut self.hosts {
+            Hosts::Building(b) => &mut b.engines[h],
+            Hosts::Running(m) => m.engine_mut(h),
+        }
     }
 
+    /// The host that has address `addr`.
     pub fn host_of(&self, addr: IpAddr) -> Option<HostId> {
-        self.routes.get(&addr).copied()
+        match &self.hosts {
+            Hosts::Building(b) => b.engines.iter().position(|e| e.config().gids.contains(&addr)),
+            Hosts::Running(m) => m.host_of(addr),
+        }
     }
 
     /// Current simulated time.
     pub fn now(&self) -> Instant {
-        self.now
+        match &self.hosts {
+            Hosts::Building(_) => Instant::ZERO,
+            Hosts::Running(m) => Instant(m.now() / PS),
+        }
     }
 
     pub fn stats(&self) -> NetStats {
-        self.stats
+        let events = match &self.hosts {
+            Hosts::Building(_) => 0,
+            Hosts::Running(m) => m.events(),
+        };
+        NetStats { events, ..self.wire().stats }
     }
 
     pub fn trace(&self) -> &Trace {
-        &self.trace
+        &self.wire().trace
     }
 
     /// Events still queued.
     pub fn pending(&self) -> usize {
-        self.queue.len()
+        match &self.hosts {
+            Hosts::Building(_) => 0,
+            Hosts::Running(m) => m.pending(),
+        }
     }
 
     /// Wakes the application at `at` (not before now) with `token`.
     pub fn schedule_wake(&mut self, at: Instant, token: u64) {
-        self.queue.push(at.max(self.now), Event::Wake { token });
+        self.mesh().schedule_wake(at.0.saturating_mul(PS), token);
     }
 
     /// Runs steps until nothing is pending or a limit is reached. Before the
-    /// first event, the engines' pending transmits are drained at the
-    /// current time.
+    /// first event, the NICs take what the engines have to send now.
     pub fn run(&mut self, app: &mut impl App, limits: Limits) -> RunEnd {
         self.flush();
+        let until = limits.until.0.saturating_mul(PS);
         let mut wakes = Vec::new();
         loop {
-            let Some(t) = self.queue.peek_time() else { return RunEnd::Idle };
-            if t >= limits.until {
-                return RunEnd::TimeLimit;
+            match self.mesh().step(until, limits.max_events) {
+                StepEnd::Ran => {}
+                StepEnd::Idle => return RunEnd::Idle,
+                StepEnd::TimeLimit => return RunEnd::TimeLimit,
+                StepEnd::EventLimit => return RunEnd::EventLimit,
             }
-            if self.stats.events >= limits.max_events {
-                return RunEnd::EventLimit;
-            }
-            self.now = t;
             wakes.clear();
-            while let Some(ev) = self.queue.pop_due(t) {
-                self.stats.events += 1;
-                match ev {
-                    Event::Deliver { host, meta, bytes } => {
-                        self.hosts[host].engine.handle_datagram(t, &meta, &bytes);
-                    }
-                    Event::Timer { host } => {
-                        let h = &mut self.hosts[host];
-                        // A stale event (the deadline moved) is ignored;
-                        // handle_timeout only runs timers actually due.
-                        if h.timer_armed == Some(t) {
-                            h.timer_armed = None;
-                            h.engine.handle_timeout(t);
-                        }
-                    }
-                    Event::Wake { token } => wakes.push(token),
-                }
-            }
+            wakes.extend_from_slice(self.mesh().wakes());
             app.on_step(self, &wakes);
             self.flush();
         }
     }
 
-    /// Drains every engine's transmit queue into the links and re-arms the
+    /// Lets every NIC take what its engine has to send, and re-arms the
     /// engines' timers.
     pub fn flush(&mut self) {
-        let now = self.now;
-        for h in 0..self.hosts.len() {
-            while let Some(tx) = self.hosts[h].engine.poll_transmit(now, &mut self.buf) {
-                self.stats.sent += 1;
-                let bytes = self.buf[..tx.len].to_vec();
-                self.send(h, &tx, bytes);
-            }
-            let host = &mut self.hosts[h];
-            if let Some(t) = host.engine.poll_timeout() {
-                let t = t.max(now);
-                if host.timer_armed != Some(t) {
-                    host.timer_armed = Some(t);
-                    self.queue.push(t, Event::Timer { host: h });
-                }
-            }
-        }
-    }
-
-    /// Puts one datagram on the link towards its destination.
-    fn send(&mut self, from: HostId, tx: &Transmit, bytes: Vec<u8>) {
-        let now = self.now;
-        let Some(to) = self.host_of(tx.meta.dst) else {
-            self.stats.unroutable += 1;
-            self.trace.record(now, None, from, None, 0, Fate::Unroutable, tx, &bytes);
-            for t in &mut self.taps {
-                t.on_copy(from, None, Fate::Unroutable, &bytes);
-            }
-            return;
-        };
-        let ip_header = if tx.meta.dst.is_ipv4() { 20 } else { 40 };
-        let default = self.default_link;
-        let link = self.links.entry((from, to)).or_insert_with(|| Link::new(default));
-        let verdict =
-            self.rules.iter_mut().map(|r| r.judge(now, from, to, &bytes)).find(|v| *v != Verdict::Pass);
-        let fates = match verdict {
-            Some(Verdict::Drop) => vec![CopyFate { arrive: None, flip_bit: None }],
-            Some(Verdict::Delay(d)) => {
-                vec![CopyFate { arrive: Some(now + link.params.delay.max(Duration(1)) + d), flip_bit: None }]
-            }
-            Some(Verdict::Duplicate) => {
-                let copy =
-                    CopyFate { arrive: Some(now + link.params.delay.max(Duration(1))), flip_bit: None };
-                vec![copy, copy]
-            }
-            _ => link.send(&mut self.rng, now, bytes.len(), ip_header),
-        };
-        self.stats.duplicated += fates.len() as u64 - 1;
-        let meta = DatagramMeta {
-            src: tx.meta.src,
-            dst: tx.meta.dst,
-            src_port: tx.meta.src_port,
-            dst_port: tx.meta.dst_port,
-            ecn: tx.traffic_class & 3,
-            ipv4_id: tx.meta.ipv4_id.or(Some(0)),
-        };
-        for (copy, f) in fates.iter().enumerate() {
-            let mut b = bytes.clone();
-            let fate = match (f.arrive, f.flip_bit) {
-                (None, _) => Fate::Lost,
-                (Some(_), Some(bit)) => {
-                    b[bit as usize / 8] ^= 0x80 >> (bit % 8);
-                    Fate::Corrupted { bit }
-                }
-                (Some(_), None) => Fate::Delivered,
-            };
-            match fate {
-                Fate::Lost => self.stats.lost += 1,
-                Fate::Corrupted { .. } => self.stats.corrupted += 1,
-                _ => self.stats.delivered += 1,
-            }
-            self.trace.record(now, f.arrive, from, Some(to), copy as u8, fate, tx, &b);
-            for t in &mut self.taps {
-                t.on_copy(from, Some(to), fate, &b);
-            }
-            if let Some(at) = f.arrive {
-                self.queue.push(at, Event::Deliver { host: to, meta, bytes: b });
-            }
-        }
+        self.mesh().kick();
     }
 }
