@@ -26,6 +26,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_core::{RngCore, SeedableRng};
 use roce_wire::icrc::{self, Ipv4IdCache};
 use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport};
+use rustc_hash::FxHashMap;
 
 pub use crate::config::{CnpConfig, EngineConfig, MrAddressing};
 pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
@@ -53,7 +54,10 @@ pub struct Engine {
     rng: ChaCha20Rng,
     /// Solvers for the IPv4 ID of received packets, by length.
     ipv4_ids: Ipv4IdCache,
-    qps: BTreeMap<u32, QpEntry>,
+    /// By QPN. Every packet looks its QP up: a hash map with a
+    /// multiplicative hash (QPNs are the engine's own, drawn at random, so
+    /// a keyed hash's defence against chosen keys buys nothing here).
+    qps: FxHashMap<u32, QpEntry>,
     ready: VecDeque<u32>,
     timers: BTreeSet<(Instant, u32)>,
     next_pd: u32,
@@ -143,7 +147,7 @@ impl Engine {
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),
-            qps: BTreeMap::new(),
+            qps: FxHashMap::default(),
             ready: VecDeque::new(),
             timers: BTreeSet::new(),
             next_pd: 1,
@@ -1040,7 +1044,9 @@ impl Engine {
 
     /// QPNs in ascending order.
     pub fn qpns(&self) -> impl Iterator<Item = u32> + '_ {
-        self.qps.keys().copied()
+        let mut v: Vec<u32> = self.qps.keys().copied().collect();
+        v.sort_unstable();
+        v.into_iter()
     }
 
     /// Send WRs posted and not yet completed on a QP.
