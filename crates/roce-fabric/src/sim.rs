@@ -277,6 +277,8 @@ pub(crate) struct Sim<H: LinkHooks = NoHooks> {
     /// time of the last step.
     wake_tokens: Vec<u64>,
     pub(crate) wakes: Vec<u64>,
+    /// (port, priority) pairs paused by their peer, over all ports.
+    paused_queues: usize,
     now: Time,
     heap: EventQueue<Ev>,
     /// Flows in order of start; the next to start is queued.
@@ -465,6 +467,7 @@ impl<H: LinkHooks> Sim<H> {
             addrs: HashMap::new(),
             wake_tokens: Vec::new(),
             wakes: Vec::new(),
+            paused_queues: 0,
             now: 0,
             heap: EventQueue::default(),
             start_order: Vec::new(),
@@ -694,6 +697,7 @@ impl<H: LinkHooks> Sim<H> {
                 let port = &mut self.ports[p as usize];
                 if port.pause_epoch[q as usize] == epoch && port.paused & (1 << q) != 0 {
                     port.paused &= !(1 << q);
+                    self.paused_queues -= 1;
                     port.pause_epoch[q as usize] = epoch.wrapping_add(1);
                     port.wd_epoch[q as usize] = port.wd_epoch[q as usize].wrapping_add(1);
                     self.start_tx(p as usize);
@@ -1134,8 +1138,10 @@ impl<H: LinkHooks> Sim<H> {
         }
         if pause {
             port.paused |= bit;
+            self.paused_queues += 1;
         } else {
             port.paused &= !bit;
+            self.paused_queues -= 1;
         }
         if !(pause && self.scn.switch.pause_quanta.is_some()) {
             port.pause_epoch[prio as usize] = port.pause_epoch[prio as usize].wrapping_add(1);
@@ -1704,6 +1710,10 @@ impl<H: LinkHooks> Sim<H> {
     /// two checks in a row with no frame sent from any of its queues in
     /// between is a deadlock.
     fn deadlock_check(&mut self) -> Option<Vec<QueueRef>> {
+        if self.paused_queues == 0 {
+            // No queue is paused: no cycle, and no need to look at every port.
+            return None;
+        }
         let cycle = crate::deadlock::find_cycle(self)?;
         let now: Vec<(QueueRef, u64)> = cycle
             .iter()
