@@ -152,6 +152,9 @@ pub(crate) struct Port {
     txdone_queued: bool,
     /// Priorities the peer has paused (bit mask).
     pub paused: u8,
+    /// Priorities whose queue holds frames (bit mask): what a hop asks of
+    /// the eight queues, without reading them.
+    queued: u8,
     /// Priorities whose queue the watchdog is dropping.
     pub wd_active: u8,
     /// Frames on the wire towards the peer, with their arrival times (in
@@ -189,6 +192,27 @@ impl Port {
     }
     fn total_bytes(&self) -> u64 {
         self.qbytes.iter().sum()
+    }
+
+    #[inline]
+    fn enqueue(&mut self, q: usize, fid: u32) {
+        self.queues[q].push_back(fid);
+        self.queued |= 1 << q;
+    }
+
+    #[inline]
+    fn dequeue(&mut self, q: usize) -> Option<u32> {
+        let f = self.queues[q].pop_front();
+        if self.queues[q].is_empty() {
+            self.queued &= !(1 << q);
+        }
+        f
+    }
+
+    /// The highest priority in `mask`, if any.
+    #[inline]
+    fn highest(mask: u8) -> Option<usize> {
+        (mask != 0).then(|| 7 - mask.leading_zeros() as usize)
     }
 
     /// Sets the line rate, with the picoseconds per byte when exact.
@@ -424,6 +448,7 @@ impl<H: LinkHooks> Sim<H> {
                     queues: Default::default(),
                     qbytes: [0; PRIORITIES],
                     paused: 0,
+                    queued: 0,
                     pause_epoch: [0; PRIORITIES],
                     refresh_at: [None; PRIORITIES],
                     wd_epoch: [0; PRIORITIES],
@@ -969,7 +994,7 @@ impl<H: LinkHooks> Sim<H> {
         port.busy_until = self.now + ser;
         let (delay, link, faulty) = (port.delay, port.link, port.faults.is_some());
         let more = !port.ctrl.is_empty()
-            || port.queues.iter().any(|q| !q.is_empty())
+            || port.queued != 0
             || (host && self.hosts[node].as_ref().is_some_and(|h| h.engine.has_transmit()));
         if more {
             self.wake_at_tx_end(p);
@@ -1201,7 +1226,7 @@ impl<H: LinkHooks> Sim<H> {
         }
         self.frames[fid as usize].as_mut().expect("frame").in_port = ip as u32;
         let port = &mut self.ports[eg];
-        port.queues[prio as usize].push_back(fid);
+        port.enqueue(prio as usize, fid);
         port.qbytes[prio as usize] += wire as u64;
         if pause {
             self.send_pfc(p, prio, PfcSend::Xoff);
@@ -1216,18 +1241,16 @@ impl<H: LinkHooks> Sim<H> {
             return Some(f);
         }
         let q = self.pick_queue(p)?;
-        let fid = self.ports[p].queues[q].pop_front().expect("non-empty");
+        let fid = self.ports[p].dequeue(q).expect("non-empty");
         self.switch_release(p, q, fid, true);
         Some(fid)
     }
 
     fn pick_queue(&mut self, p: usize) -> Option<usize> {
         let port = &mut self.ports[p];
-        let ready = |port: &Port, q: usize| {
-            !port.queues[q].is_empty() && port.paused & !port.wd_active & (1 << q) == 0
-        };
+        let ready = |port: &Port, q: usize| port.queued & !(port.paused & !port.wd_active) & (1 << q) != 0;
         match &self.scn.switch.scheduling {
-            Scheduling::Strict => (0..PRIORITIES).rev().find(|&q| ready(port, q)),
+            Scheduling::Strict => Port::highest(port.queued & !(port.paused & !port.wd_active)),
             Scheduling::Dwrr { weights } => {
                 if let Some(q) = (0..PRIORITIES).rev().find(|&q| weights[q] == 0 && ready(port, q)) {
                     return Some(q);
@@ -1315,7 +1338,7 @@ impl<H: LinkHooks> Sim<H> {
         self.ports[p].wd_active |= 1 << q;
         self.report.counters.watchdog_fired += 1;
         self.report.watchdog_log.push((self.now, qref));
-        while let Some(fid) = self.ports[p].queues[q as usize].pop_front() {
+        while let Some(fid) = self.ports[p].dequeue(q as usize) {
             self.switch_release(p, q as usize, fid, false);
             self.report.counters.dropped_watchdog += 1;
             self.drop_frame(fid);
@@ -1345,10 +1368,8 @@ impl<H: LinkHooks> Sim<H> {
         }
         loop {
             let port = &mut self.ports[p];
-            if let Some(q) =
-                (0..PRIORITIES).rev().find(|&q| !port.queues[q].is_empty() && port.paused & (1 << q) == 0)
-            {
-                let fid = port.queues[q].pop_front().expect("non-empty");
+            if let Some(q) = Port::highest(port.queued & !port.paused) {
+                let fid = port.dequeue(q).expect("non-empty");
                 let wire = self.frame(fid).wire as u64;
                 self.ports[p].qbytes[q] -= wire;
                 self.ports[p].sent[q] += 1;
@@ -1367,7 +1388,7 @@ impl<H: LinkHooks> Sim<H> {
             h.nic_queued += wire;
             let out = if h.egress.is_empty() { p } else { h.egress[dst] as usize };
             let port = &mut self.ports[out];
-            port.queues[q].push_back(fid);
+            port.enqueue(q, fid);
             port.qbytes[q] += wire;
             if out != p {
                 self.start_tx(out);
