@@ -6,9 +6,10 @@
 #
 #   release  `cargo build --release`
 #   pgo      the `fast` profile (fat LTO, one codegen unit) with profile-
-#            guided optimisation, trained on the baseline's seven other runs
-#            and the built-in incast and PFC-storm scenarios (never on the
-#            measured run)
+#            guided optimisation, trained on the baseline's seven other runs,
+#            the built-in incast and PFC-storm scenarios, and 400 random
+#            flows (seeded) on the fat-tree with the measured run's
+#            config.txt (never on the measured run's flows)
 #
 #   scripts/sim-speed.sh [ROUNDS]        (default 3)
 #
@@ -52,6 +53,28 @@ done
 for b in incast pfc-storm; do
     "$dir/gen/fast/roce" sim run --builtin "$b" --out "$dir/train/$b" >/dev/null
 done
+# Random flows on the fat-tree: hosts 0..319, sizes log-uniform from 1 KB
+# to 3 MB, starts spread over 2 ms, the measured run's config.
+fat=$dir/train-fat
+mkdir -p "$fat"
+cp "$baseline/runs/$run/config.txt" "$fat/"
+python3 - "$fat/flow.txt" <<'PY'
+import random, sys
+r = random.Random(1)
+flows = []
+for _ in range(400):
+    src = r.randrange(320)
+    dst = r.choice([h for h in range(320) if h != src])
+    size = int(10 ** r.uniform(3, 6.5))
+    flows.append((2.0 + r.uniform(0, 0.002), src, dst, size))
+flows.sort()
+with open(sys.argv[1], "w") as f:
+    f.write(f"{len(flows)}\n")
+    for start, src, dst, size in flows:
+        f.write(f"{src} {dst} 3 100 {size} {start:.9f}\n")
+PY
+topology=$(awk '$1 == "TOPOLOGY_FILE" { print $2 }' "$fat/config.txt")
+"$dir/gen/fast/roce" sim hpcc "$fat" --topology "$baseline/topologies/$topology" --out "$dir/train/fat" >/dev/null
 "$profdata" merge -o "$dir/roce.profdata" "$dir/profiles"
 echo "building the fast build with the profile" >&2
 RUSTFLAGS="-Cprofile-use=$dir/roce.profdata" \
