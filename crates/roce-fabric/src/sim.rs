@@ -250,6 +250,23 @@ struct Host {
     xoff_sent: bool,
 }
 
+impl Host {
+    fn new(port: usize, egress: Vec<u32>, engine: Engine, fl: Option<FlowHost>) -> Host {
+        Host {
+            port,
+            egress,
+            engine,
+            fl,
+            timer_at: None,
+            nic_queued: 0,
+            stalled: false,
+            rx_backlog: VecDeque::new(),
+            rx_bytes: 0,
+            xoff_sent: false,
+        }
+    }
+}
+
 /// A host's verbs objects for the scenario's flows.
 struct FlowHost {
     pd: PdId,
@@ -555,18 +572,8 @@ impl<H: LinkHooks> Sim<H> {
             };
             let src = reg(&mut engine).map_err(|e| err(e.to_string()))?;
             let dst = reg(&mut engine).map_err(|e| err(e.to_string()))?;
-            self.hosts[node] = Some(Host {
-                port,
-                egress: Vec::new(),
-                engine,
-                fl: Some(FlowHost { pd, cq, src, dst, qp_flow: HashMap::new(), sports_unknown: 0 }),
-                timer_at: None,
-                nic_queued: 0,
-                stalled: false,
-                rx_backlog: VecDeque::new(),
-                rx_bytes: 0,
-                xoff_sent: false,
-            });
+            let fl = FlowHost { pd, cq, src, dst, qp_flow: HashMap::new(), sports_unknown: 0 };
+            self.hosts[node] = Some(Host::new(port, Vec::new(), engine, Some(fl)));
         }
         Ok(())
     }
@@ -785,18 +792,7 @@ impl<H: LinkHooks> Sim<H> {
     /// port towards each node (`egress[node]`; its own entry unused).
     pub(crate) fn add_client_host(&mut self, node: NodeId, engine: Engine, egress: Vec<u32>) {
         self.hosts.resize_with(self.scn.nodes.len(), || None);
-        self.hosts[node] = Some(Host {
-            port: self.first_port[node],
-            egress,
-            engine,
-            fl: None,
-            timer_at: None,
-            nic_queued: 0,
-            stalled: false,
-            rx_backlog: VecDeque::new(),
-            rx_bytes: 0,
-            xoff_sent: false,
-        });
+        self.hosts[node] = Some(Host::new(self.first_port[node], egress, engine, None));
     }
 
     /// Who has which address, for a client's hosts.

@@ -139,12 +139,7 @@ impl LinkHooks for Wire {
     }
 
     fn on_copy(&mut self, c: &hooks::Copy<'_>) {
-        let fate = match c.fate {
-            hooks::Fate::Delivered => Fate::Delivered,
-            hooks::Fate::Lost => Fate::Lost,
-            hooks::Fate::Corrupted { bit } => Fate::Corrupted { bit },
-            hooks::Fate::Unroutable => Fate::Unroutable,
-        };
+        let fate = c.fate;
         let s = &mut self.stats;
         if c.copy == 0 {
             s.sent += 1;

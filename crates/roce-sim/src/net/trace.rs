@@ -19,18 +19,8 @@ pub enum TraceMode {
     Full,
 }
 
-/// What the link did with a copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Fate {
-    Delivered,
-    Lost,
-    /// Delivered with this bit flipped.
-    Corrupted {
-        bit: u32,
-    },
-    /// No host owns the destination address.
-    Unroutable,
-}
+/// What the link did with a copy (the fabric's).
+pub use roce_fabric::hooks::Fate;
 
 /// One copy of a datagram on a link.
 #[derive(Debug, Clone, PartialEq, Eq)]
