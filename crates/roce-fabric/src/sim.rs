@@ -120,8 +120,8 @@ enum Ev {
     PauseExpire(u32, u8, u32),
     /// Port's node refreshes its XOFF on a priority if still congested.
     PauseRefresh(u32, u8),
-    /// A client's wake-up (its token's index in `wake_tokens`).
-    Wake(u32),
+    /// A client's wake-up, with its token.
+    Wake(u64),
     Sample,
     DeadlockCheck,
 }
@@ -314,9 +314,7 @@ pub(crate) struct Sim<H: LinkHooks = NoHooks> {
     /// Hosts a client drives: who has which address (empty: the fabric's
     /// own hosts, at `host_ip`).
     addrs: HashMap<IpAddr, NodeId>,
-    /// Wake-up tokens of a client's (`Ev::Wake`), and those due at the
-    /// time of the last step.
-    wake_tokens: Vec<u64>,
+    /// A client's wake-up tokens due at the time of the last step.
     pub(crate) wakes: Vec<u64>,
     /// (port, priority) pairs paused by their peer, over all ports.
     paused_queues: usize,
@@ -507,7 +505,6 @@ impl<H: LinkHooks> Sim<H> {
             hooks,
             txs: Vec::new(),
             addrs: HashMap::new(),
-            wake_tokens: Vec::new(),
             wakes: Vec::new(),
             paused_queues: 0,
             now: 0,
@@ -666,11 +663,6 @@ impl<H: LinkHooks> Sim<H> {
                     return;
                 }
             }
-            if !ev.periodic() {
-                self.real_pending -= 1;
-            }
-            self.now = t;
-            self.report.counters.events += 1;
             if self.handle(t, ev) {
                 return;
             }
@@ -687,8 +679,14 @@ impl<H: LinkHooks> Sim<H> {
         self.ending = Some(if self.flows_done == total { Ending::Completed } else { Ending::Stalled });
     }
 
-    /// Runs one event; true if it ends the run (a deadlock).
+    /// Runs one event just taken from the queue; true if it ends the run
+    /// (a deadlock).
     fn handle(&mut self, t: Time, ev: Ev) -> bool {
+        if !ev.periodic() {
+            self.real_pending -= 1;
+        }
+        self.now = t;
+        self.report.counters.events += 1;
         match ev {
             Ev::TxDone(p) => {
                 let p = p as usize;
@@ -736,7 +734,7 @@ impl<H: LinkHooks> Sim<H> {
                 }
             }
             Ev::PauseRefresh(p, q) => self.pause_refresh(p as usize, q),
-            Ev::Wake(i) => self.wakes.push(self.wake_tokens[i as usize]),
+            Ev::Wake(token) => self.wakes.push(token),
             Ev::Sample => {
                 self.sample();
                 if self.real_pending > 0 {
@@ -776,11 +774,6 @@ impl<H: LinkHooks> Sim<H> {
         }
         while self.heap.peek_time() == Some(t) {
             let (t, ev) = self.heap.pop().expect("peeked");
-            if !ev.periodic() {
-                self.real_pending -= 1;
-            }
-            self.now = t;
-            self.report.counters.events += 1;
             self.handle(t, ev);
         }
         StepEnd::Ran
@@ -825,9 +818,7 @@ impl<H: LinkHooks> Sim<H> {
     }
 
     pub(crate) fn schedule_wake(&mut self, at: Time, token: u64) {
-        let i = self.wake_tokens.len() as u32;
-        self.wake_tokens.push(token);
-        self.push(at.max(self.now), Ev::Wake(i));
+        self.push(at.max(self.now), Ev::Wake(token));
     }
 
     /// Every host's ports start what they can and its engine's timer is
@@ -1015,10 +1006,13 @@ impl<H: LinkHooks> Sim<H> {
     /// else the link's faults, decide what copies arrive when.
     fn send_copies(&mut self, p: usize, fid: u32, arrive: Time, hooked: bool) {
         let (from, to) = (self.ports[p].node, self.ports[self.ports[p].peer].node);
+        let n = self.datagrams[fid as usize].len();
         let mut verdict = Verdict::Pass;
+        // The frame whose bytes `scratch` holds, as they are now.
+        let mut in_scratch = None;
         if hooked {
-            let n = self.datagrams[fid as usize].len();
             self.datagrams[fid as usize].write_to(&mut self.scratch);
+            in_scratch = Some(fid);
             verdict = self.hooks.judge(self.now, from, to, &self.scratch[..n]);
         }
         let intact = |at| faults::Copy { arrive: Some(at), flip_bit: None };
@@ -1031,9 +1025,8 @@ impl<H: LinkHooks> Sim<H> {
             Verdict::Pass => match self.ports[p].faults.as_deref().copied() {
                 None => [Some((intact(arrive), true)), None],
                 Some(faults) => {
-                    let len = self.datagrams[fid as usize].len();
                     let mut last_fifo = self.ports[p].last_fifo;
-                    let dealt = faults.deal(&mut self.rng_links, arrive, len, &mut last_fifo);
+                    let dealt = faults.deal(&mut self.rng_links, arrive, n, &mut last_fifo);
                     self.ports[p].last_fifo = last_fifo;
                     dealt.map(|c| c.map(|c| (c, c.arrive == Some(last_fifo))))
                 }
@@ -1053,6 +1046,9 @@ impl<H: LinkHooks> Sim<H> {
             if let Some(bit) = copy.flip_bit {
                 self.datagrams[id as usize].flip_bit(bit as usize, &mut self.bufs);
                 self.report.counters.corrupted += 1;
+                if in_scratch == Some(id) {
+                    in_scratch = None;
+                }
             }
             if hooked {
                 let fate = match (copy.arrive, copy.flip_bit) {
@@ -1060,8 +1056,10 @@ impl<H: LinkHooks> Sim<H> {
                     (Some(_), Some(bit)) => Fate::Corrupted { bit },
                     (Some(_), None) => Fate::Delivered,
                 };
-                let n = self.datagrams[id as usize].len();
-                self.datagrams[id as usize].write_to(&mut self.scratch);
+                if in_scratch != Some(id) {
+                    self.datagrams[id as usize].write_to(&mut self.scratch);
+                    in_scratch = Some(id);
+                }
                 let tx = self.txs[id as usize].as_ref().expect("a host's frame has its transmit");
                 self.hooks.on_copy(&hooks::Copy {
                     sent: self.now,
@@ -1244,19 +1242,21 @@ impl<H: LinkHooks> Sim<H> {
 
     fn pick_queue(&mut self, p: usize) -> Option<usize> {
         let port = &mut self.ports[p];
-        let ready = |port: &Port, q: usize| port.queued & !(port.paused & !port.wd_active) & (1 << q) != 0;
+        // Holding frames, and not paused (or paused but being drained).
+        let sendable = port.queued & !(port.paused & !port.wd_active);
+        let ready = |q: usize| sendable & (1 << q) != 0;
         match &self.scn.switch.scheduling {
-            Scheduling::Strict => Port::highest(port.queued & !(port.paused & !port.wd_active)),
+            Scheduling::Strict => Port::highest(sendable),
             Scheduling::Dwrr { weights } => {
-                if let Some(q) = (0..PRIORITIES).rev().find(|&q| weights[q] == 0 && ready(port, q)) {
+                if let Some(q) = (0..PRIORITIES).rev().find(|&q| weights[q] == 0 && ready(q)) {
                     return Some(q);
                 }
-                if !(0..PRIORITIES).any(|q| weights[q] > 0 && ready(port, q)) {
+                if !(0..PRIORITIES).any(|q| weights[q] > 0 && ready(q)) {
                     return None;
                 }
                 loop {
                     let q = port.rr_next;
-                    if weights[q] > 0 && ready(port, q) {
+                    if weights[q] > 0 && ready(q) {
                         let head = port.queues[q][0];
                         let wire = self.frames[head as usize].as_ref().expect("frame").wire as i64;
                         if port.deficit[q] >= wire {
