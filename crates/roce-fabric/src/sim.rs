@@ -104,12 +104,8 @@ struct Frame {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     TxDone(u32),
-    /// The first frame on port's link, (port, frame), reaches the peer.
-    /// The frame is the link queue's first, named here too so that its
-    /// record is read without waiting for the port's.
+    /// A frame reaches the far end of a link: (receiving port, frame).
     Arrive(u32, u32),
-    /// A frame delivered out of its link's order reaches (port, frame).
-    ArriveOne(u32, u32),
     HostTimer(u32),
     FlowStart(u32),
     Scripted(u32),
@@ -157,9 +153,6 @@ pub(crate) struct Port {
     queued: u8,
     /// Priorities whose queue the watchdog is dropping.
     pub wd_active: u8,
-    /// Frames on the wire towards the peer, with their arrival times (in
-    /// order: one sender, one delay). Only the first is an event.
-    in_flight: VecDeque<(Time, u32)>,
     ctrl: VecDeque<u32>,
     /// The link's faults (loss included), if it has any; most links have
     /// none, and the box keeps them out of the hot lines.
@@ -458,7 +451,6 @@ impl<H: LinkHooks> Sim<H> {
                     last_fifo: 0,
                     busy_until: 0,
                     txdone_queued: false,
-                    in_flight: VecDeque::new(),
                     ctrl: VecDeque::new(),
                     queues: Default::default(),
                     qbytes: [0; PRIORITIES],
@@ -697,17 +689,7 @@ impl<H: LinkHooks> Sim<H> {
                     self.arm_timer(port.node);
                 }
             }
-            Ev::ArriveOne(p, fid) => self.arrive(p as usize, fid),
-            Ev::Arrive(p, fid) => {
-                let port = &mut self.ports[p as usize];
-                let first = port.in_flight.pop_front().expect("a frame in flight");
-                debug_assert_eq!(first.1, fid, "the event names the link queue's first frame");
-                let peer = port.peer;
-                if let Some(&(next, nfid)) = port.in_flight.front() {
-                    self.push(next, Ev::Arrive(p, nfid));
-                }
-                self.arrive(peer, fid);
-            }
+            Ev::Arrive(p, fid) => self.arrive(p as usize, fid),
             Ev::HostTimer(node) => {
                 let h = self.hosts[node as usize].as_mut().expect("host");
                 if h.timer_at == Some(t) {
@@ -839,18 +821,10 @@ impl<H: LinkHooks> Sim<H> {
 
     fn finish(mut self) -> Report {
         self.report.end_ps = self.now;
-        let data = |f: &Frame| if f.pfc.is_none() { f.wire as u64 } else { 0 };
-        let mut inside = 0;
-        for port in &self.ports {
-            for q in &port.queues {
-                inside += q.iter().map(|&id| data(self.frame(id))).sum::<u64>();
-            }
-            inside += port.in_flight.iter().map(|&(_, id)| data(self.frame(id))).sum::<u64>();
-        }
-        for h in self.hosts.iter().flatten() {
-            inside += h.rx_backlog.iter().map(|&id| data(self.frame(id))).sum::<u64>();
-        }
-        self.report.bytes_in_fabric = inside;
+        // Every live data frame is inside: queued, on a link, or held by a
+        // stalled NIC.
+        self.report.bytes_in_fabric =
+            self.frames.iter().flatten().filter(|f| f.pfc.is_none()).map(|f| f.wire as u64).sum();
         self.report.ending = self.ending.take();
         for h in self.hosts.iter().flatten() {
             let c = h.engine.counters();
@@ -974,7 +948,14 @@ impl<H: LinkHooks> Sim<H> {
         }
         let (node, host) = (self.ports[p].node, self.ports[p].at_host);
         let fid = if host { self.host_dequeue(node, p) } else { self.switch_dequeue(p) };
-        let Some(fid) = fid else { return };
+        if let Some(fid) = fid {
+            self.transmit(p, fid);
+        }
+    }
+
+    /// Puts frame `fid` on idle port `p`'s wire, now.
+    fn transmit(&mut self, p: usize, fid: u32) {
+        let (node, host) = (self.ports[p].node, self.ports[p].at_host);
         let wire = self.frame(fid).wire;
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
@@ -995,7 +976,7 @@ impl<H: LinkHooks> Sim<H> {
         }
         let hooked = H::ACTIVE && self.frame(fid).pfc.is_none();
         if !faulty && !hooked {
-            self.on_the_wire(p, arrive, fid, true);
+            self.on_the_wire(p, arrive, fid);
             return;
         }
         self.send_copies(p, fid, arrive, hooked);
@@ -1016,28 +997,27 @@ impl<H: LinkHooks> Sim<H> {
             verdict = self.hooks.judge(self.now, from, to, &self.scratch[..n]);
         }
         let intact = |at| faults::Copy { arrive: Some(at), flip_bit: None };
-        // Each copy, and whether it rides the link's FIFO queue (a copy
-        // delayed out of order arrives by an event of its own).
-        let copies: [Option<(faults::Copy, bool)>; 2] = match verdict {
-            Verdict::Drop => [Some((faults::Copy { arrive: None, flip_bit: None }, true)), None],
-            Verdict::Delay(d) => [Some((intact(arrive + d), false)), None],
-            Verdict::Duplicate => [Some((intact(arrive), true)), Some((intact(arrive), true))],
+        // Each copy: when it arrives (if it does), and a flipped bit.
+        let copies: [Option<faults::Copy>; 2] = match verdict {
+            Verdict::Drop => [Some(faults::Copy { arrive: None, flip_bit: None }), None],
+            Verdict::Delay(d) => [Some(intact(arrive + d)), None],
+            Verdict::Duplicate => [Some(intact(arrive)), Some(intact(arrive))],
             Verdict::Pass => match self.ports[p].faults.as_deref().copied() {
-                None => [Some((intact(arrive), true)), None],
+                None => [Some(intact(arrive)), None],
                 Some(faults) => {
                     let mut last_fifo = self.ports[p].last_fifo;
                     let dealt = faults.deal(&mut self.rng_links, arrive, n, &mut last_fifo);
                     self.ports[p].last_fifo = last_fifo;
-                    dealt.map(|c| c.map(|c| (c, c.arrive == Some(last_fifo))))
+                    dealt
                 }
             },
         };
         // Arriving copies: the first is the frame, a second its copy (made
         // before any bit of the first is flipped). A lost copy takes none.
-        let arriving = copies.iter().flatten().filter(|(c, _)| c.arrive.is_some()).count();
+        let arriving = copies.iter().flatten().filter(|c| c.arrive.is_some()).count();
         let second = (arriving == 2).then(|| self.clone_frame(fid));
         let mut next = [fid, second.unwrap_or(fid)].into_iter();
-        for (i, (copy, in_order)) in copies.into_iter().flatten().enumerate() {
+        for (i, copy) in copies.into_iter().flatten().enumerate() {
             if i == 1 {
                 self.report.counters.duplicated += 1;
             }
@@ -1080,25 +1060,19 @@ impl<H: LinkHooks> Sim<H> {
                 }
                 continue;
             };
-            self.on_the_wire(p, at, id, in_order);
+            self.on_the_wire(p, at, id);
         }
         if arriving == 0 {
             self.free_frame(fid);
         }
     }
 
-    /// Frame `fid` reaches the far end of port `p`'s link at `at`.
-    fn on_the_wire(&mut self, p: usize, at: Time, fid: u32, in_order: bool) {
-        if !in_order {
-            let peer = self.ports[p].peer;
-            self.push(at, Ev::ArriveOne(peer as u32, fid));
-            return;
-        }
-        let port = &mut self.ports[p];
-        port.in_flight.push_back((at, fid));
-        if port.in_flight.len() == 1 {
-            self.push(at, Ev::Arrive(p as u32, fid));
-        }
+    /// Frame `fid` reaches the far end of port `p`'s link at `at`: an
+    /// event of its own (one per frame on the wire; the queue reads its
+    /// events in order, cheaper than a per-link queue read at random).
+    fn on_the_wire(&mut self, p: usize, at: Time, fid: u32) {
+        let peer = self.ports[p].peer;
+        self.push(at, Ev::Arrive(peer as u32, fid));
     }
 
     /// A copy of frame `fid` (a duplicate on a faulty link).
@@ -1219,12 +1193,21 @@ impl<H: LinkHooks> Sim<H> {
             mmu.set_paused(ip, prio, true);
         }
         self.frames[fid as usize].as_mut().expect("frame").in_port = ip as u32;
-        let port = &mut self.ports[eg];
-        port.enqueue(prio as usize, fid);
-        port.qbytes[prio as usize] += wire as u64;
         if pause {
             self.send_pfc(p, prio, PfcSend::Xoff);
         }
+        let port = &mut self.ports[eg];
+        port.qbytes[prio as usize] += wire as u64;
+        // An idle port with nothing queued and the priority free sends the
+        // frame at once: what queueing it and taking it back would do.
+        let free = (port.paused & !port.wd_active) & (1 << prio) == 0;
+        let strict = matches!(self.scn.switch.scheduling, Scheduling::Strict);
+        if strict && free && port.queued == 0 && port.ctrl.is_empty() && self.now >= port.busy_until {
+            self.switch_release(eg, prio as usize, fid, true);
+            self.transmit(eg, fid);
+            return;
+        }
+        port.enqueue(prio as usize, fid);
         self.start_tx(eg);
     }
 
@@ -1381,9 +1364,14 @@ impl<H: LinkHooks> Sim<H> {
                 (f.prio as usize, f.wire as u64, f.dst_host as usize)
             };
             let h = self.hosts[node].as_mut().expect("host");
-            h.nic_queued += wire;
             let out = if h.egress.is_empty() { p } else { h.egress[dst] as usize };
             let port = &mut self.ports[out];
+            if out == p && port.queued == 0 && port.paused & (1 << q) == 0 {
+                // Nothing ahead of it: it goes now, without queueing.
+                port.sent[q] += 1;
+                return Some(fid);
+            }
+            h.nic_queued += wire;
             port.enqueue(q, fid);
             port.qbytes[q] += wire;
             if out != p {
