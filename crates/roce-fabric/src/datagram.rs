@@ -10,16 +10,18 @@
 //! way keeps them in cache: the cold payload bytes were most of what a
 //! receive cost.
 
-/// Bytes kept from the start: every RoCEv2 header chain (BTH with RETH and
-/// immediate, AtomicETH, ...) fits.
-pub(crate) const HEAD: usize = 64;
+/// Bytes kept from the start: every RoCEv2 header chain a data packet
+/// carries (BTH with RETH and immediate: 32; BTH with AtomicETH: 40) fits.
+/// A longer one is kept whole, still exact. Small enough that a frame's
+/// record and its compact datagram share 128 bytes (`sim::Slot`).
+pub(crate) const HEAD: usize = 40;
 /// Bytes kept from the end: pad and ICRC.
 pub(crate) const TAIL: usize = 8;
 const EDGE: usize = HEAD + TAIL;
 
 /// One datagram, compact or whole.
 pub(crate) struct Datagram {
-    len: usize,
+    len: u32,
     /// The whole datagram when `len <= EDGE`; otherwise, when compact, the
     /// head then the tail.
     edge: [u8; EDGE],
@@ -41,7 +43,7 @@ impl Datagram {
     /// kept whole.
     pub fn store(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Datagram {
         let len = bytes.len();
-        let mut d = Datagram { len, edge: [0; EDGE], fill: 0, whole: Vec::new() };
+        let mut d = Datagram { len: len as u32, edge: [0; EDGE], fill: 0, whole: Vec::new() };
         if len <= EDGE {
             d.edge[..len].copy_from_slice(bytes);
         } else if let Some(fill) = one_byte(&bytes[HEAD..len - TAIL]) {
@@ -58,16 +60,16 @@ impl Datagram {
     }
 
     pub fn len(&self) -> usize {
-        self.len
+        self.len as usize
     }
 
     fn compact(&self) -> bool {
-        self.len > EDGE && self.whole.is_empty()
+        self.len() > EDGE && self.whole.is_empty()
     }
 
     /// Writes the datagram to the start of `out` (at least `len()` bytes).
     pub fn write_to(&self, out: &mut [u8]) {
-        let n = self.len;
+        let n = self.len();
         if !self.whole.is_empty() {
             out[..n].copy_from_slice(&self.whole);
         } else if n <= EDGE {
@@ -84,7 +86,8 @@ impl Datagram {
     /// is kept whole from then on.
     pub fn flip_bit(&mut self, bit: usize, pool: &mut Vec<Vec<u8>>) {
         let (at, mask) = (bit / 8, 0x80u8 >> (bit % 8));
-        if at >= self.len {
+        let len = self.len();
+        if at >= len {
             return;
         }
         if self.compact() {
@@ -92,13 +95,13 @@ impl Datagram {
                 self.edge[at] ^= mask;
                 return;
             }
-            if at >= self.len - TAIL {
-                self.edge[HEAD + at - (self.len - TAIL)] ^= mask;
+            if at >= len - TAIL {
+                self.edge[HEAD + at - (len - TAIL)] ^= mask;
                 return;
             }
             let mut whole = pool.pop().unwrap_or_default();
             whole.clear();
-            whole.resize(self.len, 0);
+            whole.resize(len, 0);
             self.write_to(&mut whole);
             self.whole = whole;
         }

@@ -78,8 +78,7 @@ enum PfcSend {
 }
 
 /// A frame on a port, a link or in a queue: what the fabric reads at
-/// every hop, small enough for a cache line. Its datagram, which only the
-/// hosts at either end read, is kept apart (`Sim::datagrams`).
+/// every hop, in the first cache line of its `Slot`.
 #[derive(Clone, Copy)]
 struct Frame {
     /// PFC frame: `Some((priority, quanta))` (0 quanta: XON); data
@@ -100,6 +99,19 @@ struct Frame {
     /// Ingress port at the switch holding it (for the buffer accounting).
     in_port: u32,
 }
+
+/// A frame and its datagram in 128 aligned bytes: the hops read the first
+/// line; the receiving host reads both, which arrive together (a CPU
+/// fetches a 128-byte pair of lines when one misses).
+#[repr(C, align(128))]
+struct Slot {
+    /// `None` when the slot is free.
+    frame: Option<Frame>,
+    /// The frame's datagram (none for a PFC frame).
+    bytes: Datagram,
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 128);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
@@ -320,9 +332,8 @@ pub(crate) struct Sim<H: LinkHooks = NoHooks> {
     pub ports: Vec<Port>,
     /// Global index of each node's first port.
     pub first_port: Vec<usize>,
-    frames: Vec<Option<Frame>>,
-    /// The datagram of each frame in `frames` (empty for PFC frames).
-    datagrams: Vec<Datagram>,
+    /// Frames, by id.
+    slots: Vec<Slot>,
     free_frames: Vec<u32>,
     /// Buffers of datagrams kept whole (not compact, see `datagram`) that
     /// were delivered, for reuse.
@@ -506,8 +517,7 @@ impl<H: LinkHooks> Sim<H> {
             real_pending: 0,
             ports,
             first_port,
-            frames: Vec::new(),
-            datagrams: Vec::new(),
+            slots: Vec::new(),
             free_frames: Vec::new(),
             bufs: Vec::new(),
             scratch: vec![0u8; MAX_DATAGRAM],
@@ -823,8 +833,13 @@ impl<H: LinkHooks> Sim<H> {
         self.report.end_ps = self.now;
         // Every live data frame is inside: queued, on a link, or held by a
         // stalled NIC.
-        self.report.bytes_in_fabric =
-            self.frames.iter().flatten().filter(|f| f.pfc.is_none()).map(|f| f.wire as u64).sum();
+        self.report.bytes_in_fabric = self
+            .slots
+            .iter()
+            .filter_map(|s| s.frame)
+            .filter(|f| f.pfc.is_none())
+            .map(|f| f.wire as u64)
+            .sum();
         self.report.ending = self.ending.take();
         for h in self.hosts.iter().flatten() {
             let c = h.engine.counters();
@@ -838,16 +853,14 @@ impl<H: LinkHooks> Sim<H> {
 
     fn alloc_frame(&mut self, f: Frame, bytes: Datagram) -> u32 {
         if let Some(i) = self.free_frames.pop() {
-            self.frames[i as usize] = Some(f);
-            self.datagrams[i as usize] = bytes;
+            self.slots[i as usize] = Slot { frame: Some(f), bytes };
             i
         } else {
-            self.frames.push(Some(f));
-            self.datagrams.push(bytes);
+            self.slots.push(Slot { frame: Some(f), bytes });
             if H::ACTIVE {
                 self.txs.push(None);
             }
-            (self.frames.len() - 1) as u32
+            (self.slots.len() - 1) as u32
         }
     }
 
@@ -861,14 +874,15 @@ impl<H: LinkHooks> Sim<H> {
     }
 
     fn free_frame(&mut self, id: u32) {
-        if self.frames[id as usize].take().is_some() {
-            std::mem::replace(&mut self.datagrams[id as usize], Datagram::none()).recycle(&mut self.bufs);
+        let slot = &mut self.slots[id as usize];
+        if slot.frame.take().is_some() {
+            std::mem::replace(&mut slot.bytes, Datagram::none()).recycle(&mut self.bufs);
         }
         self.free_frames.push(id);
     }
 
     fn frame(&self, id: u32) -> &Frame {
-        self.frames[id as usize].as_ref().expect("live frame")
+        self.slots[id as usize].frame.as_ref().expect("live frame")
     }
 
     fn pfc_frame(&mut self, prio: u8, quanta: u16) -> u32 {
@@ -987,12 +1001,12 @@ impl<H: LinkHooks> Sim<H> {
     /// else the link's faults, decide what copies arrive when.
     fn send_copies(&mut self, p: usize, fid: u32, arrive: Time, hooked: bool) {
         let (from, to) = (self.ports[p].node, self.ports[self.ports[p].peer].node);
-        let n = self.datagrams[fid as usize].len();
+        let n = self.slots[fid as usize].bytes.len();
         let mut verdict = Verdict::Pass;
         // The frame whose bytes `scratch` holds, as they are now.
         let mut in_scratch = None;
         if hooked {
-            self.datagrams[fid as usize].write_to(&mut self.scratch);
+            self.slots[fid as usize].bytes.write_to(&mut self.scratch);
             in_scratch = Some(fid);
             verdict = self.hooks.judge(self.now, from, to, &self.scratch[..n]);
         }
@@ -1024,7 +1038,7 @@ impl<H: LinkHooks> Sim<H> {
             let id =
                 if copy.arrive.is_some() { next.next().expect("one frame per arriving copy") } else { fid };
             if let Some(bit) = copy.flip_bit {
-                self.datagrams[id as usize].flip_bit(bit as usize, &mut self.bufs);
+                self.slots[id as usize].bytes.flip_bit(bit as usize, &mut self.bufs);
                 self.report.counters.corrupted += 1;
                 if in_scratch == Some(id) {
                     in_scratch = None;
@@ -1037,7 +1051,7 @@ impl<H: LinkHooks> Sim<H> {
                     (Some(_), None) => Fate::Delivered,
                 };
                 if in_scratch != Some(id) {
-                    self.datagrams[id as usize].write_to(&mut self.scratch);
+                    self.slots[id as usize].bytes.write_to(&mut self.scratch);
                     in_scratch = Some(id);
                 }
                 let tx = self.txs[id as usize].as_ref().expect("a host's frame has its transmit");
@@ -1078,7 +1092,7 @@ impl<H: LinkHooks> Sim<H> {
     /// A copy of frame `fid` (a duplicate on a faulty link).
     fn clone_frame(&mut self, fid: u32) -> u32 {
         let copy = *self.frame(fid);
-        let bytes = self.datagrams[fid as usize].copy(&mut self.bufs);
+        let bytes = self.slots[fid as usize].bytes.copy(&mut self.bufs);
         let id = self.alloc_frame(copy, bytes);
         if H::ACTIVE {
             self.txs[id as usize] = self.txs[fid as usize];
@@ -1192,7 +1206,7 @@ impl<H: LinkHooks> Sim<H> {
         if pause {
             mmu.set_paused(ip, prio, true);
         }
-        self.frames[fid as usize].as_mut().expect("frame").in_port = ip as u32;
+        self.slots[fid as usize].frame.as_mut().expect("frame").in_port = ip as u32;
         if pause {
             self.send_pfc(p, prio, PfcSend::Xoff);
         }
@@ -1241,7 +1255,7 @@ impl<H: LinkHooks> Sim<H> {
                     let q = port.rr_next;
                     if weights[q] > 0 && ready(q) {
                         let head = port.queues[q][0];
-                        let wire = self.frames[head as usize].as_ref().expect("frame").wire as i64;
+                        let wire = self.slots[head as usize].frame.as_ref().expect("frame").wire as i64;
                         if port.deficit[q] >= wire {
                             port.deficit[q] -= wire;
                             return Some(q);
@@ -1286,7 +1300,7 @@ impl<H: LinkHooks> Sim<H> {
                         || (qbytes > kmin
                             && self.rng_ecn.chance(pmax * (qbytes - kmin) as f64 / (kmax - kmin) as f64)));
                 if mark {
-                    self.frames[fid as usize].as_mut().expect("frame").ecn = 3;
+                    self.slots[fid as usize].frame.as_mut().expect("frame").ecn = 3;
                     self.report.counters.ecn_marked += 1;
                 }
             }
@@ -1482,7 +1496,7 @@ impl<H: LinkHooks> Sim<H> {
     }
 
     fn deliver(&mut self, node: NodeId, fid: u32) {
-        let f = self.frames[fid as usize].as_ref().expect("frame");
+        let f = self.slots[fid as usize].frame.as_ref().expect("frame");
         let meta = match self.txs.get(fid as usize).copied().flatten() {
             // A client's host: the engine's addresses, v4 or v6.
             Some(tx) => DatagramMeta { ecn: f.ecn, ipv4_id: tx.meta.ipv4_id.or(Some(0)), ..tx.meta },
@@ -1499,7 +1513,7 @@ impl<H: LinkHooks> Sim<H> {
         let h = self.hosts[node].as_mut().expect("host");
         self.report.counters.host_rx_frames += 1;
         self.report.counters.host_rx_bytes += f.wire as u64;
-        let d = &self.datagrams[fid as usize];
+        let d = &self.slots[fid as usize].bytes;
         let n = d.len();
         d.write_to(&mut self.scratch);
         let check = h.engine.handle_datagram(now, &meta, &self.scratch[..n]);
