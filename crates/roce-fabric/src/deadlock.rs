@@ -27,9 +27,9 @@ pub(crate) fn find_cycle<H: LinkHooks>(sim: &Sim<H>) -> Option<Vec<(usize, usize
         let r = sim.ports[p].peer;
         let y = sim.ports[r].node;
         let first = sim.first_port[y];
-        let mmu = sim.mmu[y].as_ref().expect("switch");
-        (0..mmu.nports())
-            .filter(|&e| mmu.held(r - first, e, q) > 0 && vertex(first + e, q))
+        let nports = sim.mmu[y].as_ref().expect("switch").nports();
+        (0..nports)
+            .filter(|&e| vertex(first + e, q) && sim.holds_from(first + e, q, r - first))
             .map(|e| (first + e, q))
             .collect()
     };

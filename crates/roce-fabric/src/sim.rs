@@ -1205,7 +1205,7 @@ impl<H: LinkHooks> Sim<H> {
             self.drop_frame(fid);
             return;
         }
-        mmu.charge(ip, prio, wire as u64, k);
+        mmu.charge(ip, prio, wire as u64);
         let pause = lossless && mmu.should_pause(ip, prio);
         if pause {
             mmu.set_paused(ip, prio, true);
@@ -1287,7 +1287,7 @@ impl<H: LinkHooks> Sim<H> {
         let k = p - self.first_port[node];
         let qbytes = self.ports[p].qbytes[q];
         let mmu = self.mmu[node].as_mut().expect("switch");
-        mmu.discharge(in_port, q as u8, wire, k);
+        mmu.discharge(in_port, q as u8, wire);
         let resume = mmu.is_paused(in_port, q as u8) && mmu.should_resume(in_port, q as u8);
         if resume {
             mmu.set_paused(in_port, q as u8, false);
@@ -1765,6 +1765,12 @@ impl<H: LinkHooks> Sim<H> {
 impl<H: LinkHooks> Sim<H> {
     pub(crate) fn is_switch(&self, node: NodeId) -> bool {
         self.hosts.get(node).is_some_and(|h| h.is_none())
+    }
+
+    /// Whether switch port `p`'s queue `q` holds a frame that came in by
+    /// port `ingress` of the same switch (0-based).
+    pub(crate) fn holds_from(&self, p: usize, q: usize, ingress: usize) -> bool {
+        self.ports[p].queues[q].iter().any(|&fid| self.frame(fid).in_port as usize == ingress)
     }
 }
 

@@ -34,8 +34,6 @@ pub struct Mmu {
     pfc: PfcThreshold,
     /// Per egress port: (Kmin, Kmax, Pmax) of the ECN rule for its rate.
     pub ecn: Vec<(u64, u64, f64)>,
-    /// Frames held per (ingress port, egress port, priority).
-    in_out: Vec<u32>,
 }
 
 impl Mmu {
@@ -89,7 +87,6 @@ impl Mmu {
             paused: vec![0; n],
             pfc: cfg.pfc,
             ecn,
-            in_out: vec![0; n * n * PRIORITIES],
         }
     }
 
@@ -120,8 +117,10 @@ impl Mmu {
         }
     }
 
-    /// Accounts an admitted frame from ingress `p` queued at egress `e`.
-    pub fn charge(&mut self, p: usize, q: u8, size: u64, e: usize) {
+    /// Accounts an admitted frame from ingress `p`. (Which egress queue
+    /// holds it, the deadlock detector asks the queues: a per-(ingress,
+    /// egress) count here cost a cache miss at every hop.)
+    pub fn charge(&mut self, p: usize, q: u8, size: u64) {
         let qi = q as usize;
         let new = self.ingress[p][qi] + size;
         if new <= self.reserve {
@@ -132,11 +131,10 @@ impl Mmu {
             self.ingress[p][qi] = new;
             self.shared_used += size.min(new - self.reserve);
         }
-        self.in_out[(p * self.nports + e) * PRIORITIES + qi] += 1;
     }
 
     /// Releases a frame charged by [`Mmu::charge`].
-    pub fn discharge(&mut self, p: usize, q: u8, size: u64, e: usize) {
+    pub fn discharge(&mut self, p: usize, q: u8, size: u64) {
         let qi = q as usize;
         let from_hdrm = self.hdrm[p][qi].min(size);
         let rest = size - from_hdrm;
@@ -144,7 +142,6 @@ impl Mmu {
         self.hdrm[p][qi] -= from_hdrm;
         self.ingress[p][qi] -= rest;
         self.shared_used -= from_shared;
-        self.in_out[(p * self.nports + e) * PRIORITIES + qi] -= 1;
     }
 
     pub fn is_paused(&self, p: usize, q: u8) -> bool {
@@ -178,11 +175,6 @@ impl Mmu {
             }
             PfcThreshold::Static { xon, .. } => shared <= xon,
         }
-    }
-
-    /// Frames of priority q from ingress `p` waiting at egress `e`.
-    pub fn held(&self, p: usize, e: usize, q: usize) -> u32 {
-        self.in_out[(p * self.nports + e) * PRIORITIES + q]
     }
 
     pub fn nports(&self) -> usize {
@@ -223,7 +215,6 @@ mod tests {
             let ports = vec![(100_000_000_000u64, PS_PER_US); n + 1];
             let mut mmu = Mmu::new(&cfg, &ports, 1100);
             let frame = 1000u64;
-            let egress = n; // the last port
             let mut paused = 0;
             while paused < n {
                 for p in 0..n {
@@ -231,7 +222,7 @@ mod tests {
                         continue;
                     }
                     assert!(mmu.admit(p, 3, frame, true));
-                    mmu.charge(p, 3, frame, egress);
+                    mmu.charge(p, 3, frame);
                     if mmu.should_pause(p, 3) {
                         mmu.set_paused(p, 3, true);
                         paused += 1;
@@ -265,7 +256,7 @@ mod tests {
         assert_eq!(headroom, 37_500, "3 x 100G x 1 us");
         let mut charged = 0;
         while mmu.admit(0, 3, 1000, true) {
-            mmu.charge(0, 3, 1000, 1);
+            mmu.charge(0, 3, 1000);
             charged += 1000;
         }
         let (ingress, hdrm) = mmu.ingress_bytes(0, 3);
@@ -277,7 +268,7 @@ mod tests {
         assert!(mmu.should_pause(0, 3));
         mmu.set_paused(0, 3, true);
         for _ in 0..charged / 1000 {
-            mmu.discharge(0, 3, 1000, 1);
+            mmu.discharge(0, 3, 1000);
         }
         assert_eq!(mmu.ingress_bytes(0, 3), (0, 0));
         assert_eq!(mmu.shared_used(), 0);
