@@ -87,27 +87,56 @@ enum PfcSend {
     Xon,
 }
 
-/// A frame on a port, a link or in a queue: what the fabric reads at
-/// every hop, in the first cache line of its `Slot`.
+/// A frame's record in its `Slot`: what only its ends read (the hops
+/// carry a `Hop`).
 #[derive(Clone, Copy)]
 struct Frame {
-    /// PFC frame: `Some((priority, quanta))` (0 quanta: XON); data
-    /// otherwise.
-    pfc: Option<(u8, u16)>,
-    prio: u8,
+    /// A PFC frame.
+    pfc: bool,
     /// Bytes on the wire.
     wire: u32,
-    /// Data: destination host, source and destination IPv4, ports, hash.
-    dst_host: u32,
+    /// Data: source and destination IPv4 and UDP ports.
     src_ip: u32,
     dst_ip: u32,
     sport: u16,
     dport: u16,
+}
+
+/// What a hop reads of a frame, carried by value in its arrival event and
+/// in the queues: a switch forwards a frame without reading its slot,
+/// which is out of cache by the time the frame arrives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hop {
+    fid: u32,
+    /// Data: the flow hash (ECMP); PFC: the pause quanta (0: XON).
     hash: u32,
-    /// ECN codepoint of the IP header (3 = CE).
-    ecn: u8,
-    /// Ingress port at the switch holding it (for the buffer accounting).
-    in_port: u32,
+    /// Data: the destination host.
+    dst: u16,
+    /// Bytes on the wire.
+    wire: u16,
+    /// At a switch: the ingress port it came in by (0-based), for the
+    /// buffer accounting.
+    in_port: u16,
+    /// Bits 0-2: the priority (PFC: the priority paused); bits 3-4: the
+    /// IP header's ECN codepoint (3 = CE); bit 5: a PFC frame.
+    bits: u8,
+}
+
+impl Hop {
+    const PFC: u8 = 1 << 5;
+
+    fn prio(self) -> u8 {
+        self.bits & 7
+    }
+    fn ecn(self) -> u8 {
+        (self.bits >> 3) & 3
+    }
+    fn set_ecn(&mut self, ecn: u8) {
+        self.bits = (self.bits & !(3 << 3)) | (ecn & 3) << 3;
+    }
+    fn pfc(self) -> bool {
+        self.bits & Hop::PFC != 0
+    }
 }
 
 /// A frame and its datagram in 128 aligned bytes: the hops read the first
@@ -126,8 +155,17 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 128);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Ev {
     TxDone(u32),
-    /// A frame reaches the far end of a link: (receiving port, frame).
-    Arrive(u32, u32),
+    /// A frame reaches the far end of a link: the receiving port and the
+    /// frame's `Hop` (its ingress port aside), flattened to keep an event
+    /// in 16 bytes.
+    Arrive {
+        port: u16,
+        dst: u16,
+        wire: u16,
+        bits: u8,
+        fid: u32,
+        hash: u32,
+    },
     HostTimer(u32),
     FlowStart(u32),
     Scripted(u32),
@@ -175,12 +213,12 @@ pub(crate) struct Port {
     queued: u8,
     /// Priorities whose queue the watchdog is dropping.
     pub wd_active: u8,
-    ctrl: VecDeque<u32>,
+    ctrl: VecDeque<Hop>,
     /// The link's faults (loss included), if it has any; most links have
     /// none, and the box keeps them out of the hot lines.
     faults: Option<Box<Faults>>,
     pub qbytes: [u64; PRIORITIES],
-    pub queues: [VecDeque<u32>; PRIORITIES],
+    pub queues: [VecDeque<Hop>; PRIORITIES],
     /// Frames sent per priority (progress, for the deadlock detector).
     pub sent: [u64; PRIORITIES],
     /// The latest in-order arrival on the link (jitter keeps order).
@@ -210,13 +248,13 @@ impl Port {
     }
 
     #[inline]
-    fn enqueue(&mut self, q: usize, fid: u32) {
-        self.queues[q].push_back(fid);
+    fn enqueue(&mut self, q: usize, hop: Hop) {
+        self.queues[q].push_back(hop);
         self.queued |= 1 << q;
     }
 
     #[inline]
-    fn dequeue(&mut self, q: usize) -> Option<u32> {
+    fn dequeue(&mut self, q: usize) -> Option<Hop> {
         let f = self.queues[q].pop_front();
         if self.queues[q].is_empty() {
             self.queued &= !(1 << q);
@@ -260,7 +298,7 @@ struct Host {
     /// Bytes waiting in the NIC's egress queues.
     nic_queued: u64,
     stalled: bool,
-    rx_backlog: VecDeque<u32>,
+    rx_backlog: VecDeque<Hop>,
     rx_bytes: u64,
     xoff_sent: bool,
 }
@@ -441,6 +479,18 @@ impl<H: LinkHooks> Sim<H> {
     /// The fabric of `scn`: ports, links, switches; no hosts yet.
     pub(crate) fn build(scn: Rc<Scenario>, hooks: H) -> Result<Sim<H>, FabricError> {
         let adj = Adjacency::new(&scn);
+        // A `Hop` names nodes, ports and wire lengths in 16 bits.
+        let nports: usize = adj.ports.iter().map(Vec::len).sum();
+        if scn.nodes.len() > 1 << 16 || nports > 1 << 16 {
+            return Err(FabricError::Invalid(format!(
+                "{} nodes and {nports} ports: at most 65536 of each",
+                scn.nodes.len()
+            )));
+        }
+        let largest = scn.framing.data_wire_len(MAX_DATAGRAM + 48);
+        if largest > u16::MAX as u32 {
+            return Err(FabricError::Invalid(format!("a {largest}-byte frame on the wire: at most 65535")));
+        }
         let routes = Routes::build(&scn, &adj).map_err(FabricError::Invalid)?;
         let mut ports = Vec::new();
         let mut first_port = Vec::with_capacity(scn.nodes.len());
@@ -703,7 +753,9 @@ impl<H: LinkHooks> Sim<H> {
                     self.arm_timer(port.node);
                 }
             }
-            Ev::Arrive(p, fid) => self.arrive(p as usize, fid),
+            Ev::Arrive { port, dst, wire, bits, fid, hash } => {
+                self.arrive(port as usize, Hop { fid, hash, dst, wire, in_port: 0, bits })
+            }
             Ev::HostTimer(node) => {
                 let h = self.hosts[node as usize].as_mut().expect("host");
                 if h.timer_at == Some(t) {
@@ -837,13 +889,8 @@ impl<H: LinkHooks> Sim<H> {
         self.report.end_ps = self.now;
         // Every live data frame is inside: queued, on a link, or held by a
         // stalled NIC.
-        self.report.bytes_in_fabric = self
-            .slots
-            .iter()
-            .filter_map(|s| s.frame)
-            .filter(|f| f.pfc.is_none())
-            .map(|f| f.wire as u64)
-            .sum();
+        self.report.bytes_in_fabric =
+            self.slots.iter().filter_map(|s| s.frame).filter(|f| !f.pfc).map(|f| f.wire as u64).sum();
         self.report.ending = self.ending.take();
         for h in self.hosts.iter().flatten() {
             let c = h.engine.counters();
@@ -868,13 +915,12 @@ impl<H: LinkHooks> Sim<H> {
         }
     }
 
-    /// Drops data frame `id`, counting its bytes.
-    fn drop_frame(&mut self, id: u32) {
-        let f = self.frame(id);
-        if f.pfc.is_none() {
-            self.report.counters.dropped_bytes += f.wire as u64;
+    /// Drops a frame, counting a data frame's bytes.
+    fn drop_frame(&mut self, hop: Hop) {
+        if !hop.pfc() {
+            self.report.counters.dropped_bytes += hop.wire as u64;
         }
-        self.free_frame(id);
+        self.free_frame(hop.fid);
     }
 
     fn free_frame(&mut self, id: u32) {
@@ -889,24 +935,11 @@ impl<H: LinkHooks> Sim<H> {
         self.slots[id as usize].frame.as_ref().expect("live frame")
     }
 
-    fn pfc_frame(&mut self, prio: u8, quanta: u16) -> u32 {
+    fn pfc_frame(&mut self, prio: u8, quanta: u16) -> Hop {
         let wire = self.scn.framing.pfc_wire_len();
-        self.alloc_frame(
-            Frame {
-                pfc: Some((prio, quanta)),
-                prio: 0,
-                wire,
-                dst_host: 0,
-                src_ip: 0,
-                dst_ip: 0,
-                sport: 0,
-                dport: 0,
-                hash: 0,
-                ecn: 0,
-                in_port: u32::MAX,
-            },
-            Datagram::none(),
-        )
+        let f = Frame { pfc: true, wire, src_ip: 0, dst_ip: 0, sport: 0, dport: 0 };
+        let fid = self.alloc_frame(f, Datagram::none());
+        Hop { fid, hash: quanta as u32, dst: 0, wire: wire as u16, in_port: 0, bits: Hop::PFC | (prio & 7) }
     }
 
     /// Sends a PFC frame out of port `p` (ahead of any data): an XOFF
@@ -965,16 +998,16 @@ impl<H: LinkHooks> Sim<H> {
             return;
         }
         let (node, host) = (self.ports[p].node, self.ports[p].at_host);
-        let fid = if host { self.host_dequeue(node, p) } else { self.switch_dequeue(p) };
-        if let Some(fid) = fid {
-            self.transmit(p, fid);
+        let hop = if host { self.host_dequeue(node, p) } else { self.switch_dequeue(p) };
+        if let Some(hop) = hop {
+            self.transmit(p, hop);
         }
     }
 
-    /// Puts frame `fid` on idle port `p`'s wire, now.
-    fn transmit(&mut self, p: usize, fid: u32) {
+    /// Puts a frame on idle port `p`'s wire, now.
+    fn transmit(&mut self, p: usize, hop: Hop) {
         let (node, host) = (self.ports[p].node, self.ports[p].at_host);
-        let wire = self.frame(fid).wire;
+        let wire = hop.wire as u32;
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
         port.busy_until = self.now + ser;
@@ -989,21 +1022,22 @@ impl<H: LinkHooks> Sim<H> {
         let arrive = self.now + ser + delay;
         if !self.link_up[link] {
             self.report.counters.dropped_link += 1;
-            self.drop_frame(fid);
+            self.drop_frame(hop);
             return;
         }
-        let hooked = H::ACTIVE && self.frame(fid).pfc.is_none();
+        let hooked = H::ACTIVE && !hop.pfc();
         if !faulty && !hooked {
-            self.on_the_wire(p, arrive, fid);
+            self.on_the_wire(p, arrive, hop);
             return;
         }
-        self.send_copies(p, fid, arrive, hooked);
+        self.send_copies(p, hop, arrive, hooked);
     }
 
-    /// Puts frame `fid` on port `p`'s faulty or watched link, due to
-    /// arrive at `arrive` were the link perfect: the client's verdict,
-    /// else the link's faults, decide what copies arrive when.
-    fn send_copies(&mut self, p: usize, fid: u32, arrive: Time, hooked: bool) {
+    /// Puts a frame on port `p`'s faulty or watched link, due to arrive at
+    /// `arrive` were the link perfect: the client's verdict, else the
+    /// link's faults, decide what copies arrive when.
+    fn send_copies(&mut self, p: usize, hop: Hop, arrive: Time, hooked: bool) {
+        let fid = hop.fid;
         let (from, to) = (self.ports[p].node, self.ports[self.ports[p].peer].node);
         let n = self.slots[fid as usize].bytes.len();
         let mut verdict = Verdict::Pass;
@@ -1072,25 +1106,25 @@ impl<H: LinkHooks> Sim<H> {
             }
             let Some(at) = copy.arrive else {
                 self.report.counters.dropped_link += 1;
-                let f = self.frame(fid);
-                if f.pfc.is_none() {
-                    self.report.counters.dropped_bytes += f.wire as u64;
+                if !hop.pfc() {
+                    self.report.counters.dropped_bytes += hop.wire as u64;
                 }
                 continue;
             };
-            self.on_the_wire(p, at, id);
+            self.on_the_wire(p, at, Hop { fid: id, ..hop });
         }
         if arriving == 0 {
             self.free_frame(fid);
         }
     }
 
-    /// Frame `fid` reaches the far end of port `p`'s link at `at`: an
-    /// event of its own (one per frame on the wire; the queue reads its
-    /// events in order, cheaper than a per-link queue read at random).
-    fn on_the_wire(&mut self, p: usize, at: Time, fid: u32) {
-        let peer = self.ports[p].peer;
-        self.push(at, Ev::Arrive(peer as u32, fid));
+    /// A frame reaches the far end of port `p`'s link at `at`: an event of
+    /// its own (one per frame on the wire; the queue reads its events in
+    /// order, cheaper than a per-link queue read at random).
+    fn on_the_wire(&mut self, p: usize, at: Time, hop: Hop) {
+        let port = self.ports[p].peer as u16;
+        let Hop { fid, hash, dst, wire, bits, .. } = hop;
+        self.push(at, Ev::Arrive { port, dst, wire, bits, fid, hash });
     }
 
     /// A copy of frame `fid` (a duplicate on a faulty link).
@@ -1114,17 +1148,17 @@ impl<H: LinkHooks> Sim<H> {
         }
     }
 
-    fn arrive(&mut self, p: usize, fid: u32) {
-        if let Some((prio, quanta)) = self.frame(fid).pfc {
-            self.free_frame(fid);
-            self.pfc_received(p, prio, quanta);
+    fn arrive(&mut self, p: usize, hop: Hop) {
+        if hop.pfc() {
+            self.free_frame(hop.fid);
+            self.pfc_received(p, hop.prio(), hop.hash as u16);
             return;
         }
         let (node, host) = (self.ports[p].node, self.ports[p].at_host);
         if host {
-            self.host_receive(node, fid);
+            self.host_receive(node, hop);
         } else {
-            self.switch_receive(p, fid);
+            self.switch_receive(p, hop);
         }
     }
 
@@ -1185,15 +1219,12 @@ impl<H: LinkHooks> Sim<H> {
 
     // ------------------------------------------------------------ switches
 
-    fn switch_receive(&mut self, p: usize, fid: u32) {
+    fn switch_receive(&mut self, p: usize, mut hop: Hop) {
         let node = self.ports[p].node;
-        let (dst, hash, prio, wire) = {
-            let f = self.frame(fid);
-            (f.dst_host as NodeId, f.hash, f.prio, f.wire)
-        };
+        let (dst, hash, prio, wire) = (hop.dst as NodeId, hop.hash, hop.prio(), hop.wire);
         let Some(k) = self.routes.next_hop(node, dst, hash) else {
             self.report.counters.dropped_unroutable += 1;
-            self.drop_frame(fid);
+            self.drop_frame(hop);
             return;
         };
         let eg = self.first_port[node] + k;
@@ -1202,7 +1233,7 @@ impl<H: LinkHooks> Sim<H> {
         let mmu = self.mmu[node].as_mut().expect("switch");
         if !mmu.admit(ip, prio, wire as u64, lossless) {
             self.report.counters.dropped_buffer += 1;
-            self.drop_frame(fid);
+            self.drop_frame(hop);
             return;
         }
         mmu.charge(ip, prio, wire as u64);
@@ -1210,7 +1241,7 @@ impl<H: LinkHooks> Sim<H> {
         if pause {
             mmu.set_paused(ip, prio, true);
         }
-        self.slots[fid as usize].frame.as_mut().expect("frame").in_port = ip as u32;
+        hop.in_port = ip as u16;
         if pause {
             self.send_pfc(p, prio, PfcSend::Xoff);
         }
@@ -1221,24 +1252,24 @@ impl<H: LinkHooks> Sim<H> {
         let free = (port.paused & !port.wd_active) & (1 << prio) == 0;
         let strict = matches!(self.scn.switch.scheduling, Scheduling::Strict);
         if strict && free && port.queued == 0 && port.ctrl.is_empty() && self.now >= port.busy_until {
-            self.switch_release(eg, prio as usize, fid, true);
-            self.transmit(eg, fid);
+            self.switch_release(eg, prio as usize, &mut hop, true);
+            self.transmit(eg, hop);
             return;
         }
-        port.enqueue(prio as usize, fid);
+        port.enqueue(prio as usize, hop);
         self.start_tx(eg);
     }
 
     /// The next frame switch port `p` sends: PFC frames first, then the
     /// scheduler's pick among the priorities the peer has not paused.
-    fn switch_dequeue(&mut self, p: usize) -> Option<u32> {
+    fn switch_dequeue(&mut self, p: usize) -> Option<Hop> {
         if let Some(f) = self.ports[p].ctrl.pop_front() {
             return Some(f);
         }
         let q = self.pick_queue(p)?;
-        let fid = self.ports[p].dequeue(q).expect("non-empty");
-        self.switch_release(p, q, fid, true);
-        Some(fid)
+        let mut hop = self.ports[p].dequeue(q).expect("non-empty");
+        self.switch_release(p, q, &mut hop, true);
+        Some(hop)
     }
 
     fn pick_queue(&mut self, p: usize) -> Option<usize> {
@@ -1258,8 +1289,7 @@ impl<H: LinkHooks> Sim<H> {
                 loop {
                     let q = port.rr_next;
                     if weights[q] > 0 && ready(q) {
-                        let head = port.queues[q][0];
-                        let wire = self.slots[head as usize].frame.as_ref().expect("frame").wire as i64;
+                        let wire = port.queues[q][0].wire as i64;
                         if port.deficit[q] >= wire {
                             port.deficit[q] -= wire;
                             return Some(q);
@@ -1274,15 +1304,12 @@ impl<H: LinkHooks> Sim<H> {
         }
     }
 
-    /// Takes frame `fid` (priority `q`) out of switch port `p`'s queue
+    /// Takes a frame (priority `q`) out of switch port `p`'s queue
     /// accounting: the buffer, ECN marking (when `transmit`), and an XON to
     /// its ingress port when that port's queue has drained enough.
-    fn switch_release(&mut self, p: usize, q: usize, fid: u32, transmit: bool) {
+    fn switch_release(&mut self, p: usize, q: usize, hop: &mut Hop, transmit: bool) {
         let node = self.ports[p].node;
-        let (wire, in_port) = {
-            let f = self.frame(fid);
-            (f.wire as u64, f.in_port as usize)
-        };
+        let (wire, in_port) = (hop.wire as u64, hop.in_port as usize);
         self.ports[p].qbytes[q] -= wire;
         let k = p - self.first_port[node];
         let qbytes = self.ports[p].qbytes[q];
@@ -1298,13 +1325,13 @@ impl<H: LinkHooks> Sim<H> {
             if sw.ecn_enabled && sw.lossless_mask & (1 << q) != 0 {
                 let mmu = self.mmu[node].as_ref().expect("switch");
                 let (kmin, kmax, pmax) = mmu.ecn[k];
-                let ect = self.frame(fid).ecn != 0;
+                let ect = hop.ecn() != 0;
                 let mark = ect
                     && (qbytes > kmax
                         || (qbytes > kmin
                             && self.rng_ecn.chance(pmax * (qbytes - kmin) as f64 / (kmax - kmin) as f64)));
                 if mark {
-                    self.slots[fid as usize].frame.as_mut().expect("frame").ecn = 3;
+                    hop.set_ecn(3);
                     self.report.counters.ecn_marked += 1;
                 }
             }
@@ -1335,10 +1362,10 @@ impl<H: LinkHooks> Sim<H> {
         self.ports[p].wd_active |= 1 << q;
         self.report.counters.watchdog_fired += 1;
         self.report.watchdog_log.push((self.now, qref));
-        while let Some(fid) = self.ports[p].dequeue(q as usize) {
-            self.switch_release(p, q as usize, fid, false);
+        while let Some(mut hop) = self.ports[p].dequeue(q as usize) {
+            self.switch_release(p, q as usize, &mut hop, false);
             self.report.counters.dropped_watchdog += 1;
-            self.drop_frame(fid);
+            self.drop_frame(hop);
         }
         self.start_tx(p);
     }
@@ -1359,38 +1386,35 @@ impl<H: LinkHooks> Sim<H> {
     /// A NIC with several ports (a mesh's host) puts what the engine gives
     /// in the queue of the port towards its destination, and starts that
     /// port.
-    fn host_dequeue(&mut self, node: NodeId, p: usize) -> Option<u32> {
+    fn host_dequeue(&mut self, node: NodeId, p: usize) -> Option<Hop> {
         if let Some(f) = self.ports[p].ctrl.pop_front() {
             return Some(f);
         }
         loop {
             let port = &mut self.ports[p];
             if let Some(q) = Port::highest(port.queued & !port.paused) {
-                let fid = port.dequeue(q).expect("non-empty");
-                let wire = self.frame(fid).wire as u64;
-                self.ports[p].qbytes[q] -= wire;
-                self.ports[p].sent[q] += 1;
+                let hop = port.dequeue(q).expect("non-empty");
+                let wire = hop.wire as u64;
+                port.qbytes[q] -= wire;
+                port.sent[q] += 1;
                 self.hosts[node].as_mut().expect("host").nic_queued -= wire;
-                return Some(fid);
+                return Some(hop);
             }
             if self.hosts[node].as_ref().expect("host").nic_queued >= NIC_QUEUE_CAP {
                 return None;
             }
-            let fid = self.poll_engine(node)?;
-            let (q, wire, dst) = {
-                let f = self.frame(fid);
-                (f.prio as usize, f.wire as u64, f.dst_host as usize)
-            };
+            let hop = self.poll_engine(node)?;
+            let (q, wire, dst) = (hop.prio() as usize, hop.wire as u64, hop.dst as usize);
             let h = self.hosts[node].as_mut().expect("host");
             let out = if h.egress.is_empty() { p } else { h.egress[dst] as usize };
             let port = &mut self.ports[out];
             if out == p && port.queued == 0 && port.paused & (1 << q) == 0 {
                 // Nothing ahead of it: it goes now, without queueing.
                 port.sent[q] += 1;
-                return Some(fid);
+                return Some(hop);
             }
             h.nic_queued += wire;
-            port.enqueue(q, fid);
+            port.enqueue(q, hop);
             port.qbytes[q] += wire;
             if out != p {
                 self.start_tx(out);
@@ -1399,7 +1423,7 @@ impl<H: LinkHooks> Sim<H> {
     }
 
     /// One datagram from the engine as a frame, classified by priority.
-    fn poll_engine(&mut self, node: NodeId) -> Option<u32> {
+    fn poll_engine(&mut self, node: NodeId) -> Option<Hop> {
         let now = Instant::from_nanos(self.now / PS_PER_NS);
         let (t, dst_host) = loop {
             let h = self.hosts[node].as_mut().expect("host");
@@ -1453,63 +1477,60 @@ impl<H: LinkHooks> Sim<H> {
         self.report.counters.host_tx_frames += 1;
         self.report.counters.host_tx_bytes += wire as u64;
         let fid = self.alloc_frame(
-            Frame {
-                pfc: None,
-                prio,
-                wire,
-                dst_host: dst_host.unwrap_or_else(|| ip_node(dst_ip)) as u32,
-                src_ip,
-                dst_ip,
-                sport: t.meta.src_port,
-                dport: t.meta.dst_port,
-                hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
-                ecn: t.traffic_class & 3,
-                in_port: u32::MAX,
-            },
+            Frame { pfc: false, wire, src_ip, dst_ip, sport: t.meta.src_port, dport: t.meta.dst_port },
             bytes,
         );
         if H::ACTIVE {
             self.txs[fid as usize] = Some(t);
         }
-        Some(fid)
+        Some(Hop {
+            fid,
+            hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
+            // Node numbers and wire lengths fit 16 bits (`validate`).
+            dst: dst_host.unwrap_or_else(|| ip_node(dst_ip)) as u16,
+            wire: wire as u16,
+            in_port: 0,
+            bits: (prio & 7) | (t.traffic_class & 3) << 3,
+        })
     }
 
-    fn host_receive(&mut self, node: NodeId, fid: u32) {
+    fn host_receive(&mut self, node: NodeId, hop: Hop) {
         let h = self.hosts[node].as_mut().expect("host");
         if h.stalled {
-            let wire = self.frame(fid).wire as u64;
-            let h = self.hosts[node].as_mut().expect("host");
+            let wire = hop.wire as u64;
             if h.rx_bytes + wire > 2 * self.scn.nic.rx_xoff_bytes {
                 // Past the XOFF point by more than a headroom's worth: a
                 // sender that ignores the pause loses frames here.
                 self.report.counters.dropped_nic_rx += 1;
-                self.drop_frame(fid);
+                self.drop_frame(hop);
                 return;
             }
-            h.rx_backlog.push_back(fid);
+            h.rx_backlog.push_back(hop);
             h.rx_bytes += wire;
             if h.rx_bytes >= self.scn.nic.rx_xoff_bytes && !h.xoff_sent {
                 h.xoff_sent = true;
-                let (p, prio) = (h.port, self.frame(fid).prio);
-                self.send_pfc(p, prio, PfcSend::Xoff);
+                let p = h.port;
+                self.send_pfc(p, hop.prio(), PfcSend::Xoff);
             }
             return;
         }
-        self.deliver(node, fid);
+        self.deliver(node, hop);
         self.host_after_input(node);
     }
 
-    fn deliver(&mut self, node: NodeId, fid: u32) {
+    fn deliver(&mut self, node: NodeId, hop: Hop) {
+        let fid = hop.fid;
         let f = self.slots[fid as usize].frame.as_ref().expect("frame");
+        let ecn = hop.ecn();
         let meta = match self.txs.get(fid as usize).copied().flatten() {
             // A client's host: the engine's addresses, v4 or v6.
-            Some(tx) => DatagramMeta { ecn: f.ecn, ipv4_id: tx.meta.ipv4_id.or(Some(0)), ..tx.meta },
+            Some(tx) => DatagramMeta { ecn, ipv4_id: tx.meta.ipv4_id.or(Some(0)), ..tx.meta },
             None => DatagramMeta {
                 src: IpAddr::V4(Ipv4Addr::from(f.src_ip)),
                 dst: IpAddr::V4(Ipv4Addr::from(f.dst_ip)),
                 src_port: f.sport,
                 dst_port: f.dport,
-                ecn: f.ecn,
+                ecn,
                 ipv4_id: Some(0),
             },
         };
@@ -1686,12 +1707,12 @@ impl<H: LinkHooks> Sim<H> {
             EventKind::NicResume { host } => {
                 let h = self.hosts[host].as_mut().expect("host");
                 h.stalled = false;
-                let backlog: Vec<u32> = h.rx_backlog.drain(..).collect();
+                let backlog: Vec<Hop> = h.rx_backlog.drain(..).collect();
                 h.rx_bytes = 0;
                 let xoff = std::mem::replace(&mut h.xoff_sent, false);
                 let p = h.port;
-                for fid in backlog {
-                    self.deliver(host, fid);
+                for hop in backlog {
+                    self.deliver(host, hop);
                 }
                 if xoff {
                     for q in 0..PRIORITIES as u8 {
@@ -1770,7 +1791,7 @@ impl<H: LinkHooks> Sim<H> {
     /// Whether switch port `p`'s queue `q` holds a frame that came in by
     /// port `ingress` of the same switch (0-based).
     pub(crate) fn holds_from(&self, p: usize, q: usize, ingress: usize) -> bool {
-        self.ports[p].queues[q].iter().any(|&fid| self.frame(fid).in_port as usize == ingress)
+        self.ports[p].queues[q].iter().any(|h| h.in_port as usize == ingress)
     }
 }
 
