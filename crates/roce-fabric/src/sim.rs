@@ -1857,4 +1857,18 @@ mod tests {
         // XON ends it at once; only state changes are recorded.
         assert_eq!(r.pfc.len(), 1);
     }
+
+    /// A hop names nodes and ports in 16 bits: a bigger fabric is refused
+    /// with a reason, not truncated.
+    #[test]
+    fn a_fabric_beyond_16_bit_names_is_refused() {
+        let mut scn = one_host();
+        let extra = (1 << 16) - scn.nodes.len() + 1;
+        scn.nodes.extend((0..extra).map(|i| NodeSpec { kind: NodeKind::Host, name: format!("x{i}") }));
+        let Err(FabricError::Invalid(why)) = Sim::build(Rc::new(scn), NoHooks) else {
+            panic!("65537 nodes were accepted");
+        };
+        assert!(why.contains("65537 nodes"), "{why}");
+        assert!(Sim::build(Rc::new(one_host()), NoHooks).is_ok());
+    }
 }
