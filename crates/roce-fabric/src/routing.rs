@@ -27,15 +27,11 @@ impl Adjacency {
 /// `Routes::row` of a node that is not a switch.
 const NO_ROW: u32 = u32::MAX;
 
-/// A switch's next hops towards one destination: `len` ports from
-/// `start` in `Routes::hops`, the first also here (most destinations have
-/// one next hop, and a lookup then reads one table entry).
-#[derive(Debug, Clone, Copy, Default)]
-struct Entry {
-    start: u32,
-    len: u16,
-    first: u16,
-}
+/// A table entry of a destination the switch cannot reach.
+const UNREACHABLE: u32 = u32::MAX;
+/// A table entry with this bit names an equal-cost group (its index in
+/// `Routes::groups`); without it, the one next-hop port.
+const GROUP: u32 = 1 << 31;
 
 /// Next-hop port indices (0-based) per (switch, destination host).
 #[derive(Debug, Clone)]
@@ -43,9 +39,13 @@ pub struct Routes {
     /// Each node's row in `table` (`NO_ROW` for hosts, which never forward).
     row: Vec<u32>,
     /// One row per switch, one entry per destination node, flat: a lookup
-    /// is one index computation and one read.
-    table: Vec<Entry>,
+    /// is one index computation and one 4-byte read (a fat-tree's table
+    /// stays in cache).
+    table: Vec<u32>,
     nodes: usize,
+    /// Equal-cost groups, (start, len) in `hops`: each distinct set of
+    /// ports once (a switch sends most destinations up the same group).
+    groups: Vec<(u32, u32)>,
     hops: Vec<u16>,
     /// Mixed into every switch's hash (switches are configured with hash
     /// seeds): from the scenario's seed, so seeds also vary the paths.
@@ -58,12 +58,15 @@ impl Routes {
     pub fn build(scn: &Scenario, adj: &Adjacency) -> Result<Routes, String> {
         let n = scn.nodes.len();
         let mut hops = Vec::new();
+        let mut groups: Vec<(u32, u32)> = Vec::new();
+        let mut group_of: std::collections::HashMap<Vec<u16>, u32> = std::collections::HashMap::new();
+        let mut scratch: Vec<u16> = Vec::new();
         let switches: Vec<NodeId> = (0..n).filter(|&i| scn.nodes[i].kind == NodeKind::Switch).collect();
         let mut row = vec![NO_ROW; n];
         for (r, &s) in switches.iter().enumerate() {
             row[s] = r as u32;
         }
-        let mut table = vec![Entry::default(); switches.len() * n];
+        let mut table = vec![UNREACHABLE; switches.len() * n];
         let at = |s: NodeId, dst: NodeId| row[s] as usize * n + dst;
         let mut dist = vec![u32::MAX; n];
         let mut queue = std::collections::VecDeque::new();
@@ -87,15 +90,24 @@ impl Routes {
                 if dist[s] == u32::MAX {
                     continue;
                 }
-                let start = hops.len() as u32;
+                scratch.clear();
                 for (k, &(peer, _)) in adj.ports[s].iter().enumerate() {
                     if dist[peer] + 1 == dist[s] && (peer == h || scn.nodes[peer].kind == NodeKind::Switch) {
-                        hops.push(k as u16);
+                        scratch.push(k as u16);
                     }
                 }
-                let len = (hops.len() as u32 - start) as u16;
-                let first = if len > 0 { hops[start as usize] } else { 0 };
-                table[at(s, h)] = Entry { start, len, first };
+                table[at(s, h)] = match scratch.len() {
+                    0 => UNREACHABLE,
+                    1 => scratch[0] as u32,
+                    _ => {
+                        let g = *group_of.entry(scratch.clone()).or_insert_with(|| {
+                            groups.push((hops.len() as u32, scratch.len() as u32));
+                            hops.extend_from_slice(&scratch);
+                            (groups.len() - 1) as u32
+                        });
+                        GROUP | g
+                    }
+                };
             }
         }
         for r in &scn.routes {
@@ -109,12 +121,10 @@ impl Routes {
             if r.dst >= n {
                 return Err(format!("static route to node {}: no such node", r.dst));
             }
-            let start = hops.len() as u32;
-            hops.push(k as u16);
-            table[at(r.switch, r.dst)] = Entry { start, len: 1, first: k as u16 };
+            table[at(r.switch, r.dst)] = k as u32;
         }
         let salt = (scn.seed ^ (scn.seed >> 32)) as u32;
-        Ok(Routes { row, table, nodes: n, hops, salt })
+        Ok(Routes { row, table, nodes: n, groups, hops, salt })
     }
 
     /// The port (0-based) switch `s` forwards a frame for host `dst` out
@@ -127,13 +137,14 @@ impl Routes {
             return None;
         }
         let e = self.table[r as usize * self.nodes + dst];
-        match e.len {
-            0 => None,
-            1 => Some(e.first as usize),
-            len => {
-                let i = (hash_mix(hash, s as u32 ^ self.salt) % len as u32) as usize;
-                Some(self.hops[e.start as usize + i] as usize)
-            }
+        if e == UNREACHABLE {
+            None
+        } else if e & GROUP == 0 {
+            Some(e as usize)
+        } else {
+            let (start, len) = self.groups[(e & !GROUP) as usize];
+            let i = (hash_mix(hash, s as u32 ^ self.salt) % len) as usize;
+            Some(self.hops[start as usize + i] as usize)
         }
     }
 }
