@@ -962,7 +962,9 @@ impl Engine {
             }
         }
         if let Some(qp) = self.qps.get_mut(&qpn) {
-            schedule(&mut self.ready, qp);
+            if !qp.paced_out(now) {
+                schedule(&mut self.ready, qp);
+            }
             sync_timer(&mut self.timers, qp);
         }
         tx.segment_size = seg;
@@ -980,7 +982,9 @@ impl Engine {
                 continue;
             };
             let tx = finish(&self.res.cfg, qp, buf, len);
-            schedule(&mut self.ready, qp);
+            if !qp.paced_out(now) {
+                schedule(&mut self.ready, qp);
+            }
             sync_timer(&mut self.timers, qp);
             match tx {
                 Some(tx) => {
@@ -1193,6 +1197,24 @@ impl QpEntry {
     /// response so that neither direction starves the other; a request goes
     /// first so that a reply the application just posted leaves before the
     /// ACK of the message it answers.
+    /// After a packet: true when the QP's next turn could send nothing
+    /// before its pacer allows (no CNP and no response waiting; every
+    /// request is paced). Its pacing timer is then armed, and brings it
+    /// back to the ready list, instead of a turn that finds it paced: a
+    /// driver's `has_transmit` then means a packet can go now.
+    fn paced_out(&mut self, now: Instant) -> bool {
+        if self.cnp_due || self.resp.has_output() {
+            return false;
+        }
+        match &self.rate {
+            Some(rate) if !rate.pacer.ready(now) => {
+                self.core.timers.set(TimerKind::Pace, Some(rate.pacer.next_send()));
+                true
+            }
+            _ => false,
+        }
+    }
+
     fn produce(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if self.cnp_due {
             if let Some(n) = self.emit_cnp(res, buf) {

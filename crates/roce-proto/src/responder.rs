@@ -589,6 +589,11 @@ impl Responder {
     }
 
     /// Produces the next response packet of `qp` into `buf`.
+    /// Whether a response waits to be sent.
+    pub fn has_output(&self) -> bool {
+        !self.outq.is_empty()
+    }
+
     pub fn poll_transmit(&mut self, qp: &mut QpCore, res: &mut Res, buf: &mut [u8]) -> Option<usize> {
         let mtu = qp.mtu();
         let item = *self.outq.front()?;

@@ -66,3 +66,45 @@ fn no_cnps_when_the_notification_point_is_off_or_nothing_is_marked() {
         assert_eq!(p.e[B].counters().cnp_sent, 0);
     }
 }
+
+/// A paced QP leaves the ready list after each packet and comes back by
+/// its pacing timer: `has_transmit` is true only when a packet can go, so
+/// a driver never spends a turn on a QP its pacer holds.
+#[test]
+fn a_paced_qp_waits_for_its_turn_off_the_ready_list() {
+    let mut cfg = [EngineConfig::new(vec![ip(A)]), EngineConfig::new(vec![ip(B)])];
+    cfg[A].cc = cc::CcAlgorithm::Dcqcn(cc::DcqcnParams::default());
+    // 1 Gb/s: a 1 KiB packet's turn is some 8 us.
+    cfg[A].line_rate_bps = 1_000_000_000;
+    let mut p = Pair::with_configs(cfg, [5, 6]);
+    let c = p.connect(PathMtu::Mtu1024, [100, 200], |_| {});
+    let src = p.region(A, 65536, 0x1000, Access::ALL);
+    let dst = p.region(B, 65536, 0x10_0000, Access::ALL);
+    p.e[A].post_send(c.qpn[0], write(1, &dst, &src, 8 * 1024)).unwrap();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut sent = 0;
+    let mut turns = Vec::new();
+    while sent < 8 {
+        assert!(p.e[A].has_transmit(), "a packet can go at {:?}", p.now);
+        let tx = p.e[A].poll_transmit(p.now, &mut buf).expect("a packet");
+        assert!(tx.len > 1024);
+        sent += 1;
+        turns.push(p.now);
+        if sent == 8 {
+            break;
+        }
+        // Paced: nothing to send now, and the timer names the next turn.
+        assert!(!p.e[A].has_transmit(), "packet {sent} still on the ready list");
+        assert!(p.e[A].poll_transmit(p.now, &mut buf).is_none());
+        let next = p.e[A].poll_timeout().expect("the pacing timer");
+        assert!(next > p.now);
+        p.now = next;
+        p.e[A].handle_timeout(next);
+    }
+    // The turns are the line rate's: 1 KiB and headers at 1 Gb/s.
+    let gaps: Vec<u64> = turns.windows(2).map(|w| w[1].as_nanos() - w[0].as_nanos()).collect();
+    assert!(gaps.iter().all(|&g| (8_000..10_000).contains(&g)), "{gaps:?}");
+    // The transfer completes as before.
+    p.run();
+    assert_eq!(p.poll(A)[0].status, WcStatus::Success);
+}
