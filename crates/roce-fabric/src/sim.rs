@@ -139,9 +139,9 @@ impl Hop {
     }
 }
 
-/// A frame and its datagram in 128 aligned bytes: the hops read the first
-/// line; the receiving host reads both, which arrive together (a CPU
-/// fetches a 128-byte pair of lines when one misses).
+/// A frame and its datagram in 128 aligned bytes, read by the frame's
+/// receiving host (the hops carry a `Hop`) in one fetch: a CPU fetches a
+/// 128-byte pair of lines when one misses.
 #[repr(C, align(128))]
 struct Slot {
     /// `None` when the slot is free.
@@ -487,7 +487,8 @@ impl<H: LinkHooks> Sim<H> {
                 scn.nodes.len()
             )));
         }
-        let largest = scn.framing.data_wire_len(MAX_DATAGRAM + 48);
+        // The largest datagram, in IPv6 (40 bytes) and UDP (8).
+        let largest = scn.framing.data_wire_len(MAX_DATAGRAM + 40 + 8);
         if largest > u16::MAX as u32 {
             return Err(FabricError::Invalid(format!("a {largest}-byte frame on the wire: at most 65535")));
         }

@@ -1203,9 +1203,12 @@ impl QpEntry {
     /// back to the ready list, instead of a turn that finds it paced: a
     /// driver's `has_transmit` then means a packet can go now.
     fn paced_out(&mut self, now: Instant) -> bool {
-        if self.cnp_due || self.resp.has_output() {
-            return false;
-        }
+        !self.cnp_due && !self.resp.has_output() && self.pacer_holds(now)
+    }
+
+    /// Whether the QP's pacer holds its next request at `now`; if so, the
+    /// pacing timer is armed for its turn and brings the QP back.
+    fn pacer_holds(&mut self, now: Instant) -> bool {
         match &self.rate {
             Some(rate) if !rate.pacer.ready(now) => {
                 self.core.timers.set(TimerKind::Pace, Some(rate.pacer.next_send()));
@@ -1232,7 +1235,7 @@ impl QpEntry {
 
     fn request(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
         if let (Some(p), QpType::Rc | QpType::Uc) = (res.cfg.cc.dcqcn(), self.core.init.qp_type) {
-            let rate = self.rate.get_or_insert_with(|| {
+            self.rate.get_or_insert_with(|| {
                 Box::new(QpRate {
                     dcqcn: Dcqcn::new(p.clone(), res.cfg.line_rate_bps, now),
                     pacer: Pacer::new(),
@@ -1240,9 +1243,7 @@ impl QpEntry {
                     rtt: RttProbe::new(),
                 })
             });
-            if !rate.pacer.ready(now) {
-                // Not yet: the pacing timer brings the QP back.
-                self.core.timers.set(TimerKind::Pace, Some(rate.pacer.next_send()));
+            if self.pacer_holds(now) {
                 return None;
             }
         }
