@@ -1,0 +1,182 @@
+//! To the network: the round robin of ready QPs, batches of equal datagrams,
+//! the timers, and the ICRC and metadata of each packet that leaves.
+
+use super::*;
+
+impl Engine {
+    /// Produces the next datagram to send, if any: one packet per QP in
+    /// turn, each QP alternating between its requests and its responses.
+    /// `buf` must hold `MAX_DATAGRAM` bytes.
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if let Some(tx) = self.stash.take() {
+            buf[..tx.len].copy_from_slice(&self.stash_buf[..tx.len]);
+            return Some(tx);
+        }
+        self.produce_one(now, buf)
+    }
+
+    /// Like `poll_transmit`, but hands out up to `max_segments` datagrams
+    /// of one QP at once when they have the same length and addresses (the
+    /// last may be shorter), laid end to end in `buf`: what a driver sends
+    /// as one UDP GSO message. The QP's turn in the round robin covers the
+    /// whole batch. `buf` must hold `MAX_DATAGRAM` bytes; a batch grows
+    /// while another datagram fits.
+    pub fn poll_transmit_batch(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        max_segments: usize,
+    ) -> Option<Transmit> {
+        let mut tx = self.poll_transmit(now, buf)?;
+        let (qpn, seg) = (tx.qpn, tx.len);
+        while tx.segments() < max_segments && buf.len() - tx.len >= MAX_DATAGRAM {
+            let Some(qp) = self.qps.get_mut(&qpn) else { break };
+            let at = tx.len;
+            let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
+            let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..at + MAX_DATAGRAM], len) else {
+                self.res.counters.emit_errors += 1;
+                continue;
+            };
+            self.res.counters.sent_pkts += 1;
+            let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
+            if !same {
+                // Not of this batch: it leaves on its own, next.
+                self.stash_buf[..next.len].copy_from_slice(&buf[at..at + next.len]);
+                self.stash = Some(next);
+                break;
+            }
+            tx.len += next.len;
+            if next.len < seg {
+                break;
+            }
+        }
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            if !qp.paced_out(now) {
+                schedule(&mut self.ready, qp);
+            }
+            sync_timer(&mut self.timers, qp);
+        }
+        tx.segment_size = seg;
+        Some(tx)
+    }
+
+    /// The next packet of the next ready QP.
+    pub(super) fn produce_one(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(qpn) = self.ready.pop_front() {
+            let Some(qp) = self.qps.get_mut(&qpn) else { continue };
+            qp.scheduled = false;
+            let len = qp.produce(&mut self.res, now, buf);
+            let Some(len) = len else {
+                sync_timer(&mut self.timers, qp);
+                continue;
+            };
+            let tx = finish(&self.res.cfg, qp, buf, len);
+            if !qp.paced_out(now) {
+                schedule(&mut self.ready, qp);
+            }
+            sync_timer(&mut self.timers, qp);
+            match tx {
+                Some(tx) => {
+                    self.res.counters.sent_pkts += 1;
+                    return Some(tx);
+                }
+                None => self.res.counters.emit_errors += 1,
+            }
+        }
+        None
+    }
+
+    /// True when some QP may have a packet to send (`poll_transmit` may
+    /// still find it has none): lets a driver skip an idle flush.
+    pub fn has_transmit(&self) -> bool {
+        self.stash.is_some() || !self.ready.is_empty()
+    }
+
+    /// The earliest time `handle_timeout` wants to be called.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|&(t, _)| t)
+    }
+
+    /// Runs the timers due at `now`, each by the role that armed it.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(&(t, qpn)) = self.timers.first() {
+            if t > now {
+                break;
+            }
+            self.timers.remove(&(t, qpn));
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.timer_key = None;
+                while let Some(kind) = qp.core.timers.take_next_due(now) {
+                    match kind {
+                        TimerKind::Ack | TimerKind::Rnr => {
+                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
+                        }
+                        // The QP is scheduled below: its next packet may go.
+                        TimerKind::Pace => {}
+                        TimerKind::Cc => qp.on_cc_timer(&mut self.res, now),
+                    }
+                    qp.settle(&mut self.res);
+                }
+                schedule(&mut self.ready, qp);
+                sync_timer(&mut self.timers, qp);
+            }
+        }
+    }
+
+    pub(super) fn schedule(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            schedule(&mut self.ready, qp);
+        }
+    }
+
+    pub(super) fn sync_timer(&mut self, qpn: u32) {
+        if let Some(qp) = self.qps.get_mut(&qpn) {
+            sync_timer(&mut self.timers, qp);
+        }
+    }
+}
+
+/// Fills in the ICRC and the transmit metadata for a packet of `len`
+/// bytes (BTH through ICRC) that a role wrote into `buf`. `None` if the ICRC
+/// cannot be computed (the addresses mix IPv4 and IPv6, which post and
+/// modify refuse): such a packet must not leave with stale ICRC bytes.
+fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> Option<Transmit> {
+    let q = &qp.core;
+    let ud_dest = if q.init.qp_type == QpType::Ud { qp.req.last_ud_dest() } else { None };
+    let av = ud_dest.as_ref().map_or(q.av(), |d| &d.av);
+    let (dst, tclass, hop, flow) = (av.dgid, av.traffic_class, av.hop_limit, av.flow_label);
+    let src = *cfg.gids.get(usize::from(av.sgid_index))?;
+    let ecn = if cfg.ecn { 2 } else { 0 };
+    let meta = DatagramMeta {
+        src,
+        dst,
+        src_port: cfg.fixed_src_port.unwrap_or(q.udp_sport),
+        dst_port: av.udp_port.unwrap_or(cfg.udp_port),
+        ecn,
+        ipv4_id: Some(0),
+    };
+    let opcode = roce_wire::bth::Bth::new_checked(&buf[..len]).ok()?.opcode();
+    let cnp = opcode == roce_wire::opcode::CNP;
+    let tclass = match cfg.cnp.dscp {
+        Some(d) if cnp => d << 2,
+        _ => tclass,
+    };
+    let len = match &mut qp.crypto {
+        Some(c) if !cnp => {
+            let info = roce_wire::opcode::lookup(opcode)?;
+            c.seal(buf, len, roce_wire::bth::HEADER_LEN + info.headers.len_bytes())?
+        }
+        _ => len,
+    };
+    let crc = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN])?;
+    buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
+    Some(Transmit {
+        meta,
+        traffic_class: (tclass & !3) | ecn,
+        hop_limit: hop,
+        flow_label: flow,
+        len,
+        segment_size: len,
+        qpn: q.qpn,
+    })
+}
