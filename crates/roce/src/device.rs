@@ -29,11 +29,22 @@ pub(crate) struct DeviceInner {
 }
 
 impl Drop for DeviceInner {
+    /// Stops the driver thread, sends what is left and finishes the pcap.
+    ///
+    /// The last handle may be dropped on the driver thread itself: a waker
+    /// it fires (an `async` task's, a completion channel's) can own the
+    /// last `Cq` or `Device`. A thread cannot join itself, so there the
+    /// join is skipped: `stop` is set and the waker woken, so the thread
+    /// leaves its loop as soon as this returns, and the teardown below
+    /// runs on it, after the lock was let go (wakers are fired outside it).
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         let _ = self.shared.waker.wake();
-        if let Some(t) = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            let _ = t.join();
+        let thread = self.thread.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = thread {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
         // Send what busy-poll progress left for the next call (the ACK of
         // the last message received, typically), so the peer completes.
