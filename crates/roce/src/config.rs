@@ -24,7 +24,8 @@ pub struct DeviceConfig {
     /// bits anyone who sees enough QPNs and keys can search. `None` (the
     /// default) draws 256 bits from the OS and fails if it cannot.
     pub seed: Option<u64>,
-    /// DSCP for outgoing packets (QPs may override through their address vector).
+    /// DSCP for outgoing packets, 0..=63 (`Device::open` refuses more with
+    /// `Error::Dscp`); QPs may override it through their address vector.
     pub dscp: u8,
     /// Mark outgoing packets ECN-capable (ECT(0)).
     pub ecn: bool,
@@ -44,6 +45,16 @@ pub struct DeviceConfig {
     pub line_rate_bps: u64,
     /// How CE marks are answered with CNPs.
     pub cnp: CnpConfig,
+    /// Bytes of socket receive buffer to ask for (default 8 MiB). What the
+    /// kernel granted is in `DriverStats::socket_buffers`; a device warns
+    /// once when it is less than its QPs can have in flight.
+    pub recv_buffer: usize,
+    /// Bytes of socket send buffer to ask for (default 8 MiB).
+    pub send_buffer: usize,
+    /// Ask with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where the process may
+    /// (CAP_NET_ADMIN), past `net.core.rmem_max`/`wmem_max` (default on;
+    /// off: the plain options, which the kernel caps silently).
+    pub force_buffers: bool,
 }
 
 /// How a device checks the ICRC of the packets it receives.
@@ -85,6 +96,9 @@ impl DeviceConfig {
             cc: CcAlgorithm::None,
             line_rate_bps: roce_proto::limits::LINE_RATE_BPS,
             cnp: CnpConfig::default(),
+            recv_buffer: 8 << 20,
+            send_buffer: 8 << 20,
+            force_buffers: true,
         }
     }
 }

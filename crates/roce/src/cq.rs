@@ -45,7 +45,7 @@ impl Cq {
     /// mode this also drives the network.
     pub fn poll(&self, out: &mut [Wc]) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
         if sh.busy_poll {
             let now = sh.now();
             core.progress_deferred(now)?;
@@ -80,7 +80,7 @@ impl Cq {
     /// woken for what the progress produced, as the driver thread would.
     pub fn poll_or_drive(&self, out: &mut [Wc], senders: &[u32], busy: usize) -> Result<usize> {
         let sh = &self.inner.dev.inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
         let n = core.engine.poll_cq(self.inner.id, out)?;
         if n > 0 {
             return Ok(n);
@@ -115,9 +115,12 @@ impl Cq {
     /// is for the device, not this CQ). Checked and kept under the device
     /// lock, so no completion slips in between: what a completion channel
     /// (`ibv_req_notify_cq`) rests on.
+    ///
+    /// On a dead device it returns true: the caller's next poll fails
+    /// with [`Error::DeviceDead`], and no completion will come to wake it.
     pub fn arm_waker(&self, waker: &std::task::Waker) -> bool {
         let sh = &self.inner.dev.inner.shared;
-        let mut core = sh.lock();
+        let Ok(mut core) = sh.lock() else { return true };
         if core.engine.cq_len(self.inner.id) > 0 {
             return true;
         }
@@ -162,7 +165,10 @@ impl std::future::Future for WaitCompletions<'_> {
             return Poll::Ready(Ok(0));
         }
         let sh = &this.cq.inner.dev.inner.shared;
-        let mut core = sh.lock();
+        let mut core = match sh.lock() {
+            Ok(core) => core,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
         if sh.busy_poll {
             let now = sh.now();
             if let Err(e) = core.progress_deferred(now) {

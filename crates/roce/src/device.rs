@@ -7,7 +7,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
 use roce_proto::*;
@@ -20,7 +20,7 @@ use crate::driver::{self, Core, Shared};
 use crate::driver::{DriverStats, SendError};
 use crate::error::{Error, Result};
 use crate::pd::{Pd, PdInner};
-use crate::udp::UdpIo;
+use crate::udp::{BufferRequest, UdpIo};
 
 pub(crate) struct DeviceInner {
     pub(crate) shared: Arc<Shared>,
@@ -46,11 +46,14 @@ impl Drop for DeviceInner {
                 let _ = t.join();
             }
         }
+        let mut core = self.shared.lock_any();
         // Send what busy-poll progress left for the next call (the ACK of
         // the last message received, typically), so the peer completes.
-        let mut core = self.shared.lock();
-        let now = self.shared.now();
-        core.flush(now);
+        // Not on a dead device: its engine panicked and is not to be run.
+        if self.shared.dead.get().is_none() {
+            let now = self.shared.now();
+            core.flush(now);
+        }
         if let Some(c) = core.capture.take() {
             let _ = c.finish();
         }
@@ -83,9 +86,11 @@ impl Device {
             return Err(Error::Config("bind to a specific address: it is the device's GID".into()));
         }
         if cfg.dscp > 63 {
-            return Err(Error::Config(format!("DSCP {} is not a 6-bit value", cfg.dscp)));
+            return Err(Error::Dscp(cfg.dscp));
         }
-        let mut io = UdpIo::bind(cfg.bind)?;
+        let buffers =
+            BufferRequest { recv: cfg.recv_buffer, send: cfg.send_buffer, force: cfg.force_buffers };
+        let mut io = UdpIo::bind_with(cfg.bind, buffers)?;
         if !cfg.gso {
             io.disable_gso();
         }
@@ -135,10 +140,12 @@ impl Device {
             local,
             driving_until: AtomicU64::new(0),
             registry,
+            dead: OnceLock::new(),
         });
         let s2 = shared.clone();
-        let thread =
-            std::thread::Builder::new().name("roce-driver".into()).spawn(move || driver::run(s2, poll))?;
+        let thread = std::thread::Builder::new()
+            .name("roce-driver".into())
+            .spawn(move || crate::thread::run(s2, poll))?;
         Ok(Device {
             inner: Arc::new(DeviceInner { shared, thread: Mutex::new(Some(thread)), dscp: cfg.dscp }),
         })
@@ -177,7 +184,7 @@ impl Device {
     /// otherwise). Returns true if anything arrived or a timer ran.
     pub fn progress(&self) -> Result<bool> {
         let sh = self.shared();
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
         let now = sh.now();
         let a = if sh.busy_poll { core.progress_deferred(now)? } else { core.progress(now)? };
         if a {
@@ -188,21 +195,38 @@ impl Device {
         Ok(a)
     }
 
-    /// A snapshot of the engine's counters.
+    /// A snapshot of the engine's counters (a dead device's too: what it
+    /// counted until it died).
     pub fn counters(&self) -> Counters {
-        self.shared().lock().engine.counters().clone()
+        self.shared().lock_any().engine.counters().clone()
+    }
+
+    /// Why the device is dead, if it is: its engine panicked, and every
+    /// verb now fails with [`Error::DeviceDead`].
+    pub fn dead(&self) -> Option<String> {
+        self.shared().dead.get().cloned()
+    }
+
+    /// Tests only: makes the driver thread panic at its next turn with
+    /// `message`, as a bug in the engine would, to test what a dead device
+    /// does. Nothing else calls it.
+    #[doc(hidden)]
+    pub fn inject_driver_panic(&self, message: &str) {
+        self.shared().lock_any().inject_panic = Some(message.to_string());
+        let _ = self.shared().waker.wake();
     }
 
     /// The congestion-control state of a QP (its paced rate, DCQCN's
     /// target and alpha, its rate cuts), once it has sent under `cc`.
     pub fn qp_rate(&self, qpn: u32) -> Option<QpRateState> {
-        self.shared().lock().engine.qp_rate(qpn)
+        self.shared().lock_any().engine.qp_rate(qpn)
     }
 
     /// What the driver counted of its socket: datagrams dropped or
-    /// refused, offloads in use.
+    /// refused, receive errors, the timer it sleeps on, offloads in use
+    /// (a dead device's too).
     pub fn driver_stats(&self) -> DriverStats {
-        self.shared().lock().stats()
+        self.shared().lock_any().stats()
     }
 
     /// The first datagram the kernel refused to send, if any (say, "Message
@@ -217,9 +241,10 @@ impl Device {
         self.driver_stats().first_tx_error
     }
 
-    /// The next asynchronous event, if any.
+    /// The next asynchronous event, if any (none on a dead device: see
+    /// [`Device::dead`]).
     pub fn poll_event(&self) -> Option<AsyncEvent> {
-        self.shared().lock().engine.poll_event()
+        self.shared().lock().ok()?.engine.poll_event()
     }
 
     /// Wakes `waker` once an asynchronous event waits for `poll_event`:
@@ -227,8 +252,10 @@ impl Device {
     /// keeps the waker, which the driver wakes after the progress that
     /// raises one. Checked and kept under the device lock, so no event
     /// slips in between. A C library's event file descriptor rests on it.
+    /// On a dead device it returns true: there is news (see
+    /// [`Device::dead`]), and no event will ever come to wake a sleeper.
     pub fn arm_event_waker(&self, waker: &std::task::Waker) -> bool {
-        let mut core = self.shared().lock();
+        let Ok(mut core) = self.shared().lock() else { return true };
         if core.engine.has_event() {
             return true;
         }
@@ -240,7 +267,7 @@ impl Device {
 
     /// A random initial PSN from the engine's CSPRNG.
     pub fn random_psn(&self) -> Psn {
-        self.shared().lock().engine.random_psn()
+        self.shared().lock_any().engine.random_psn()
     }
 
     pub(crate) fn with<T>(
@@ -248,8 +275,7 @@ impl Device {
         f: impl FnOnce(&mut Engine) -> std::result::Result<T, VerbsError>,
     ) -> Result<T> {
         let sh = self.shared();
-        let mut core = sh.lock();
-        let r = f(&mut core.engine);
+        let (r, mut core) = sh.guarded(sh.lock()?, |core| f(&mut core.engine))?;
         // A verb can complete work at once (modify to ERR flushes the queues).
         let wake = core.completion_waiters();
         drop(core);

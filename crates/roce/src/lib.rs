@@ -23,6 +23,8 @@ mod error;
 mod mr;
 mod pd;
 mod qp;
+mod stats;
+mod thread;
 mod timer;
 /// Batched UDP I/O. Not part of the public API: public only for the
 /// raw-UDP baseline of the `vs_udp` benchmark.
@@ -46,3 +48,4 @@ pub use roce_proto::{
     SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV,
 };
 pub use roce_wire::Psn;
+pub use udp::SocketBuffers;

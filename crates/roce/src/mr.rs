@@ -63,7 +63,7 @@ impl Mr {
     /// What it reads may be part of a message still arriving; the
     /// completion says when a message is all there.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
-        let mut core = self.pd.dev().shared().lock();
+        let mut core = self.pd.dev().shared().lock()?;
         Ok(core.engine.mr_read(self.keys.lkey, offset, dst)?)
     }
 
@@ -90,14 +90,14 @@ impl Mr {
     /// given at [`Mr::read`]. Bytes that an outstanding work request sends
     /// may go out before or after the change.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
-        let mut core = self.pd.dev().shared().lock();
+        let mut core = self.pd.dev().shared().lock()?;
         Ok(core.engine.mr_write(self.keys.lkey, offset, src)?)
     }
 
     /// Sets bytes `[offset, offset + n)` of the region to `byte`; see
     /// [`Mr::write`].
     pub fn fill(&self, offset: usize, n: usize, byte: u8) -> Result<()> {
-        let mut core = self.pd.dev().shared().lock();
+        let mut core = self.pd.dev().shared().lock()?;
         Ok(core.engine.mr_fill(self.keys.lkey, offset, n, byte)?)
     }
     /// A scatter/gather element for `[offset, offset+len)` of the region.

@@ -7,6 +7,7 @@ use roce_wire::Psn;
 
 use crate::cq::Cq;
 use crate::device::Device;
+use crate::driver::Core;
 use crate::error::{Error, Result};
 use crate::pd::{Pd, Srq};
 
@@ -81,7 +82,8 @@ pub struct ConnectOptions {
     pub min_rnr_timer: u8,
     pub max_rd_atomic: u8,
     pub max_dest_rd_atomic: u8,
-    /// DSCP of this QP's packets; `None` uses the device's.
+    /// DSCP of this QP's packets (0..=63: `connect` refuses more with
+    /// [`Error::Dscp`]); `None` uses the device's.
     pub dscp: Option<u8>,
 }
 
@@ -134,7 +136,25 @@ impl Qp {
 
     /// `ibv_modify_qp`.
     pub fn modify(&self, attr: &QpAttr, mask: AttrMask) -> Result<()> {
-        self.dev().with(|e| e.modify_qp(self.qpn, attr, mask))
+        self.dev().with(|e| e.modify_qp(self.qpn, attr, mask))?;
+        self.note_state();
+        Ok(())
+    }
+
+    /// Tells the driver what this QP can now have in flight towards the
+    /// device's socket (`Core::note_qp`): a connected RC/UC QP's peer may
+    /// send a full window of path-MTU packets.
+    fn note_state(&self) {
+        let Ok(mut core) = self.dev().shared().lock() else { return };
+        let window = core.engine.config().max_unacked_psns;
+        let connected = match core.engine.query_qp(self.qpn) {
+            Ok(a) if matches!(self.qp_type, QpType::Rc | QpType::Uc) => {
+                matches!(a.qp_state, QpState::Rtr | QpState::Rts | QpState::Sqd)
+                    .then(|| (a.path_mtu.bytes(), window))
+            }
+            _ => None,
+        };
+        core.note_qp(self.qpn, connected);
     }
 
     /// `ibv_query_qp`.
@@ -172,6 +192,11 @@ impl Qp {
     pub fn connect(&self, remote: &Endpoint, opts: &ConnectOptions) -> Result<()> {
         let local_psn = self.psn;
         let dscp = opts.dscp.unwrap_or(self.dev().inner.dscp);
+        // The traffic class byte is DSCP << 2 | ECN: a seventh bit would be
+        // shifted out, and the packets would leave with another class.
+        if dscp > 63 {
+            return Err(Error::Dscp(dscp));
+        }
         let av = AddressVector {
             dgid: remote.gid,
             sgid_index: 0,
@@ -191,7 +216,9 @@ impl Qp {
             max_rd_atomic: opts.max_rd_atomic,
             ..ConnectAttr::new(av, remote.qpn, remote.psn, local_psn)
         };
-        self.dev().with(|e| e.connect_qp(self.qpn, &c))
+        self.dev().with(|e| e.connect_qp(self.qpn, &c))?;
+        self.note_state();
+        Ok(())
     }
 
     /// UD: RESET -> INIT -> RTR -> RTS with the given Q_Key, sending from
@@ -204,7 +231,8 @@ impl Qp {
     /// `ibv_post_send`; the packets leave from the calling thread.
     pub fn post_send(&self, wr: SendWr) -> Result<()> {
         let sh = &self.dev().inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
+        note_read(&mut core, &wr);
         core.engine.post_send(self.qpn, wr)?;
         sh.kick(core);
         Ok(())
@@ -215,7 +243,8 @@ impl Qp {
     /// region covers.
     pub fn post_send_inline(&self, wr: SendWr, data: &[u8]) -> Result<()> {
         let sh = &self.dev().inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
+        note_read(&mut core, &wr);
         core.engine.post_send_inline(self.qpn, wr, data)?;
         sh.kick(core);
         Ok(())
@@ -224,9 +253,10 @@ impl Qp {
     /// Posts several send WRs under one lock and one flush.
     pub fn post_send_batch(&self, wrs: impl IntoIterator<Item = SendWr>) -> Result<()> {
         let sh = &self.dev().inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock()?;
         let mut r = Ok(());
         for wr in wrs {
+            note_read(&mut core, &wr);
             if let Err(e) = core.engine.post_send(self.qpn, wr) {
                 r = Err(e.into());
                 break;
@@ -246,9 +276,10 @@ impl Qp {
         wrs: impl IntoIterator<Item = (SendWr, Option<Vec<u8>>)>,
     ) -> std::result::Result<(), (usize, Error)> {
         let sh = &self.dev().inner.shared;
-        let mut core = sh.lock();
+        let mut core = sh.lock().map_err(|e| (0, e))?;
         let mut r = Ok(());
         for (i, (wr, data)) in wrs.into_iter().enumerate() {
+            note_read(&mut core, &wr);
             let posted = match data {
                 Some(d) => core.engine.post_send_inline(self.qpn, wr, &d),
                 None => core.engine.post_send(self.qpn, wr),
@@ -269,12 +300,23 @@ impl Qp {
 
     /// Send WRs posted and not yet completed.
     pub fn outstanding(&self) -> usize {
-        self.dev().shared().lock().engine.sq_outstanding(self.qpn)
+        self.dev().shared().lock_any().engine.sq_outstanding(self.qpn)
+    }
+}
+
+/// Tells the driver the length of an RDMA READ about to be posted (its
+/// responses come back in one burst: `Core::note_read`).
+fn note_read(core: &mut Core, wr: &SendWr) {
+    if let SendOp::Read { .. } = wr.op {
+        core.note_read(wr.sg_list.iter().map(|s| u64::from(s.length)).sum());
     }
 }
 
 impl Drop for Qp {
     fn drop(&mut self) {
         let _ = self.dev().with(|e| e.destroy_qp(self.qpn));
+        if let Ok(mut core) = self.dev().shared().lock() {
+            core.note_qp(self.qpn, None);
+        }
     }
 }

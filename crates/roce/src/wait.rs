@@ -21,7 +21,8 @@ pub(crate) enum Until {
 /// otherwise the thread sleeps on the signal progress gives (after each
 /// receive for [`Until::Progress`], after one that made a completion for
 /// [`Until::Completion`]; at most 50 ms at a time), never holding the
-/// lock meanwhile.
+/// lock meanwhile. A device that dies wakes it, and it fails with
+/// [`Error::DeviceDead`](crate::Error::DeviceDead).
 pub(crate) fn wait_for<T>(
     sh: &Shared,
     until: Until,
@@ -29,7 +30,7 @@ pub(crate) fn wait_for<T>(
     mut ready: impl FnMut(&mut Core) -> Result<Option<T>>,
 ) -> Result<Option<T>> {
     let deadline = std::time::Instant::now() + timeout;
-    let mut core = sh.lock();
+    let mut core = sh.lock()?;
     loop {
         if sh.busy_poll {
             let now = sh.now();
@@ -45,7 +46,7 @@ pub(crate) fn wait_for<T>(
         if sh.busy_poll {
             drop(core);
             std::thread::yield_now();
-            core = sh.lock();
+            core = sh.lock()?;
         } else {
             fn count(c: &mut Core, until: Until) -> &mut usize {
                 match until {
@@ -54,12 +55,19 @@ pub(crate) fn wait_for<T>(
                 }
             }
             *count(&mut core, until) += 1;
-            core = sh
-                .cq_cond
-                .wait_timeout(core, left.min(StdDuration::from_millis(50)))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            let woken = sh.cq_cond.wait_timeout(core, left.min(StdDuration::from_millis(50)));
+            core = match woken {
+                Ok((core, _)) => core,
+                Err(poisoned) => {
+                    sh.die(poisoned.into_inner().0, "the engine panicked on an application thread".into());
+                    return Err(sh.dead_error());
+                }
+            };
             *count(&mut core, until) -= 1;
+            // A device that died meanwhile woke this thread to fail.
+            if sh.dead.get().is_some() {
+                return Err(sh.dead_error());
+            }
         }
     }
 }
