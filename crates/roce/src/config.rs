@@ -45,7 +45,8 @@ pub struct DeviceConfig {
     pub line_rate_bps: u64,
     /// How CE marks are answered with CNPs.
     pub cnp: CnpConfig,
-    /// Bytes of socket receive buffer to ask for (default 8 MiB). What the
+    /// Bytes of socket receive buffer to ask for (default 32 MiB, see
+    /// `udp::DEFAULT_RECV_BUFFER`). What the
     /// kernel granted is in `DriverStats::socket_buffers`; a device warns
     /// once when it is less than its QPs can have in flight.
     pub recv_buffer: usize,
@@ -96,8 +97,8 @@ impl DeviceConfig {
             cc: CcAlgorithm::None,
             line_rate_bps: roce_proto::limits::LINE_RATE_BPS,
             cnp: CnpConfig::default(),
-            recv_buffer: 8 << 20,
-            send_buffer: 8 << 20,
+            recv_buffer: crate::udp::DEFAULT_RECV_BUFFER,
+            send_buffer: crate::udp::DEFAULT_SEND_BUFFER,
             force_buffers: true,
         }
     }

@@ -72,6 +72,15 @@ const SK_MEMINFO_DROPS: usize = 8;
 /// call reads the first this many).
 const SK_MEMINFO_VARS: usize = 9;
 
+/// The receive buffer asked for by default: 32 MiB, room for a 16 MiB RDMA
+/// READ's responses and the windows of a few QPs besides. With 8 MiB
+/// asked and `rmem_max` at 4 MiB, READ bursts of 8 MiB lost their tail;
+/// 32 MiB took such runs clean. Forced where the process may, else capped
+/// by `net.core.rmem_max` (the device then warns if that is too little).
+pub const DEFAULT_RECV_BUFFER: usize = 32 << 20;
+/// The send buffer asked for by default.
+pub const DEFAULT_SEND_BUFFER: usize = 8 << 20;
+
 /// Socket buffer sizes to ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferRequest {
@@ -86,9 +95,9 @@ pub struct BufferRequest {
 }
 
 impl Default for BufferRequest {
-    /// 8 MiB each way, forced where the process may.
+    /// The default sizes, forced where the process may.
     fn default() -> Self {
-        BufferRequest { recv: 8 << 20, send: 8 << 20, force: true }
+        BufferRequest { recv: DEFAULT_RECV_BUFFER, send: DEFAULT_SEND_BUFFER, force: true }
     }
 }
 
