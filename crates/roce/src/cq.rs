@@ -30,6 +30,14 @@ pub struct Cq {
 /// An empty completion, for sizing `poll` buffers (`Wc::EMPTY`).
 pub const WC_ZERO: Wc = Wc::EMPTY;
 
+/// Creation lives with the CQ it makes.
+impl Device {
+    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
+        let id = self.with(|e| e.create_cq(depth))?;
+        Ok(Cq { inner: Arc::new(CqInner { dev: self.clone(), id }) })
+    }
+}
+
 impl Cq {
     /// The engine's identifier (what `AsyncEvent::CqErr` names).
     pub fn id(&self) -> CqId {

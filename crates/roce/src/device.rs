@@ -15,11 +15,9 @@ use roce_wire::Psn;
 
 use crate::capture::Capture;
 use crate::config::{DeviceConfig, RxIcrcCheck};
-use crate::cq::{Cq, CqInner};
 use crate::driver::{self, Core, Shared};
 use crate::driver::{DriverStats, SendError};
 use crate::error::{Error, Result};
-use crate::pd::{Pd, PdInner};
 use crate::udp::{BufferRequest, UdpIo};
 
 pub(crate) struct DeviceInner {
@@ -281,16 +279,6 @@ impl Device {
         drop(core);
         wake.fire(&sh.cq_cond);
         Ok(r?)
-    }
-
-    pub fn alloc_pd(&self) -> Result<Pd> {
-        let id = self.with(|e| Ok(e.alloc_pd()))?;
-        Ok(Pd { inner: Arc::new(PdInner { dev: self.clone(), id }) })
-    }
-
-    pub fn create_cq(&self, depth: usize) -> Result<Cq> {
-        let id = self.with(|e| e.create_cq(depth))?;
-        Ok(Cq { inner: Arc::new(CqInner { dev: self.clone(), id }) })
     }
 }
 

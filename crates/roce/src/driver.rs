@@ -20,7 +20,6 @@ use roce_wire::icrc::{Ipv4IdCache, ICRC_LEN};
 use crate::capture::{Capture, IpFields};
 use crate::error::Error;
 pub use crate::stats::{DriverStats, SendError};
-use crate::thread::panic_message;
 use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 
 /// Bytes reserved per transmit slot: one GSO batch of equal-size packets.
@@ -253,6 +252,17 @@ impl Shared {
         if core.stats.tx_errors > 0 {
             self.tx_failed.store(true, Ordering::Release);
         }
+    }
+}
+
+/// The message a panic carried (`panic!` with a literal or a format).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 

@@ -23,6 +23,31 @@ pub struct Mr {
     pub(crate) buf: Arc<MemBuf>,
 }
 
+/// Registration lives with the region it makes.
+impl Pd {
+    /// Registers all of `buf` with the given access rights (`ibv_reg_mr`);
+    /// the I/O virtual address is the buffer's address.
+    pub fn reg_mr(&self, buf: Arc<MemBuf>, access: Access) -> Result<Mr> {
+        let len = buf.len();
+        self.reg_mr_range(buf, 0, len, None, access)
+    }
+
+    /// Registers `[offset, offset+length)` of `buf`, optionally at a chosen
+    /// I/O virtual address.
+    pub fn reg_mr_range(
+        &self,
+        buf: Arc<MemBuf>,
+        offset: usize,
+        length: usize,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<Mr> {
+        let spec = MrSpec { buf: buf.clone(), offset, length, iova, access };
+        let keys = self.dev().with(|e| e.reg_mr(self.inner.id, spec))?;
+        Ok(Mr { pd: self.clone(), keys, buf })
+    }
+}
+
 impl Mr {
     pub fn lkey(&self) -> u32 {
         self.keys.lkey

@@ -7,8 +7,6 @@ use roce_proto::*;
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::mr::Mr;
-use crate::qp::{Qp, QpBuilder};
 
 pub(crate) struct PdInner {
     pub(crate) dev: Device,
@@ -27,55 +25,17 @@ pub struct Pd {
     pub(crate) inner: Arc<PdInner>,
 }
 
+/// Allocation lives with the PD it makes.
+impl Device {
+    pub fn alloc_pd(&self) -> Result<Pd> {
+        let id = self.with(|e| Ok(e.alloc_pd()))?;
+        Ok(Pd { inner: Arc::new(PdInner { dev: self.clone(), id }) })
+    }
+}
+
 impl Pd {
     pub(crate) fn dev(&self) -> &Device {
         &self.inner.dev
-    }
-
-    /// Registers all of `buf` with the given access rights (`ibv_reg_mr`);
-    /// the I/O virtual address is the buffer's address.
-    pub fn reg_mr(&self, buf: Arc<MemBuf>, access: Access) -> Result<Mr> {
-        let len = buf.len();
-        self.reg_mr_range(buf, 0, len, None, access)
-    }
-
-    /// Registers `[offset, offset+length)` of `buf`, optionally at a chosen
-    /// I/O virtual address.
-    pub fn reg_mr_range(
-        &self,
-        buf: Arc<MemBuf>,
-        offset: usize,
-        length: usize,
-        iova: Option<u64>,
-        access: Access,
-    ) -> Result<Mr> {
-        let spec = MrSpec { buf: buf.clone(), offset, length, iova, access };
-        let keys = self.dev().with(|e| e.reg_mr(self.inner.id, spec))?;
-        Ok(Mr { pd: self.clone(), keys, buf })
-    }
-
-    /// Creates a QP (`ibv_create_qp`). It draws its first send PSN now
-    /// (`Qp::endpoint` tells it to the peer, `Qp::connect` uses it).
-    pub fn create_qp(&self, b: QpBuilder<'_>) -> Result<Qp> {
-        let init = QpInitAttr {
-            qp_type: b.qp_type,
-            pd: self.inner.id,
-            send_cq: b.send_cq.inner.id,
-            recv_cq: b.recv_cq.inner.id,
-            srq: b.srq.map(|s| s.inner.id),
-            cap: b.cap,
-            sq_sig_all: b.sq_sig_all,
-        };
-        let (qpn, psn) = self.dev().with(|e| Ok((e.create_qp(init)?, e.random_psn())))?;
-        Ok(Qp {
-            pd: self.clone(),
-            send_cq: b.send_cq.clone(),
-            recv_cq: b.recv_cq.clone(),
-            srq: b.srq.cloned(),
-            qpn,
-            qp_type: b.qp_type,
-            psn,
-        })
     }
 
     /// Creates a shared receive queue (`ibv_create_srq`): `max_wr` receive

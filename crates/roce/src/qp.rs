@@ -60,6 +60,33 @@ impl<'a> QpBuilder<'a> {
     }
 }
 
+/// Creation lives with the QP it makes.
+impl Pd {
+    /// Creates a QP (`ibv_create_qp`). It draws its first send PSN now
+    /// (`Qp::endpoint` tells it to the peer, `Qp::connect` uses it).
+    pub fn create_qp(&self, b: QpBuilder<'_>) -> Result<Qp> {
+        let init = QpInitAttr {
+            qp_type: b.qp_type,
+            pd: self.inner.id,
+            send_cq: b.send_cq.inner.id,
+            recv_cq: b.recv_cq.inner.id,
+            srq: b.srq.map(|s| s.inner.id),
+            cap: b.cap,
+            sq_sig_all: b.sq_sig_all,
+        };
+        let (qpn, psn) = self.dev().with(|e| Ok((e.create_qp(init)?, e.random_psn())))?;
+        Ok(Qp {
+            pd: self.clone(),
+            send_cq: b.send_cq.clone(),
+            recv_cq: b.recv_cq.clone(),
+            srq: b.srq.cloned(),
+            qpn,
+            qp_type: b.qp_type,
+            psn,
+        })
+    }
+}
+
 /// What a peer needs to know to connect to a QP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Endpoint {

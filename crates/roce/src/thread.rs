@@ -6,19 +6,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::time::Duration as StdDuration;
 
-use crate::driver::{Core, Shared, Wake, BUSY_POLL_TICK, DRIVE_LEASE, TIMER};
+use crate::driver::{panic_message, Core, Shared, Wake, BUSY_POLL_TICK, DRIVE_LEASE, TIMER};
 use crate::timer::WakeTimer;
-
-/// The message a panic carried (`panic!` with a literal or a format).
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
-    }
-}
 
 /// The driver thread: progress when the socket is readable or a timer is
 /// due, sleeping in between. In busy-poll mode the application's threads
