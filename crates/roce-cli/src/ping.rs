@@ -465,6 +465,7 @@ impl End {
             };
             Error(format!("cannot open the RDMA device on UDP {bind}: {e}{hint}"))
         })?;
+        crate::report::opened(&dev);
         let pd = dev.alloc_pd()?;
         let cq = dev.create_cq(a.rx_depth as usize + 1)?;
         let qp = pd.create_qp(
@@ -927,7 +928,10 @@ fn run(a: &PingArgs) -> Result<()> {
                 println!("{out}");
                 Ok(())
             }
-            (Err(e), _) => Err(e),
+            // The server's failure may be the cause of the client's (its
+            // device died and it hung up): say both.
+            (Err(c), Err(s)) => Err(Error(format!("{c}\n       server: {s}"))),
+            (Err(e), Ok(_)) => Err(e),
             (Ok(_), Err(e)) => Err(Error(format!("server: {e}"))),
         };
     }
@@ -946,7 +950,12 @@ fn run(a: &PingArgs) -> Result<()> {
 
 /// `roce ping`: exit status 0 on success, 1 on failure.
 pub fn main(a: &PingArgs) -> ExitCode {
-    match run(a) {
+    exit_status(run(a))
+}
+
+/// The exit status of a run: 0, or 1 with the error on stderr.
+fn exit_status(r: Result<()>) -> ExitCode {
+    match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -959,6 +968,25 @@ pub fn main(a: &PingArgs) -> ExitCode {
 mod tests {
     use super::*;
     use crate::perf::replay_tests::{tcp_stream, Segment};
+
+    /// A device that dies under the ping-pong (its driver thread killed
+    /// once opened, as an engine panic would) fails the run with an error
+    /// that says so, and the exit status is 1.
+    #[test]
+    fn ping_reports_a_dead_device_and_fails() {
+        use clap::Parser;
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        crate::report::KILL_ON_OPEN.lock().unwrap().push(port);
+        let p = port.to_string();
+        let argv = ["roce", "ping", "--loopback", "--udp-port", &p, "-n", "20", "--timeout", "10"];
+        let crate::Command::Ping(a) = crate::Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!()
+        };
+        let r = run(&a);
+        let e = r.as_ref().expect_err("a run on a dead device fails");
+        assert!(e.0.contains("the driver thread panicked: injected by a test of the tools"), "{e}");
+        assert_eq!(format!("{:?}", exit_status(r)), format!("{:?}", ExitCode::from(1)));
+    }
     use std::io::{Read, Write};
     use std::path::Path;
 

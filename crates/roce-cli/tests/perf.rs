@@ -474,12 +474,26 @@ fn counters_ud_and_chk_over_loopback() {
     assert_eq!(value(&out, "icrc_errors"), 0, "{out}");
     assert_eq!(value(&out, "icrc_ipv4_id_inferred"), value(&out, "rcvd_pkts"), "{out}");
     assert_eq!(value(&out, "tx_errors"), 0, "{out}");
+    for name in ["rx_errors", "rx_dropped_socket_full", "timerfd_failures"] {
+        assert_eq!(value(&out, name), 0, "{out}");
+    }
+    assert!(out.contains("driver timer                  : timerfd"), "{out}");
+    assert!(
+        out.contains("socket receive buffer         : ") && out.contains(" bytes granted for 33554432 asked"),
+        "{out}"
+    );
 
     let o = roce(&["perf", "write-bw", "--loopback", "-n", "50", "--counters", "--json", "--no-gso"]);
     let out = assert_ok(&o, "perf --counters --json");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["counters"]["engine"]["icrc_errors"], 0, "{out}");
     assert_eq!(v["counters"]["gso"], false, "{out}");
+    for name in ["rx_errors", "rx_dropped_socket_full", "timerfd_failures"] {
+        assert_eq!(v["counters"][name], 0, "{out}");
+    }
+    assert_eq!(v["counters"]["socket_buffers"]["recv_requested"], 32 << 20, "{out}");
+    assert!(v["counters"]["socket_buffers"]["recv_granted"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(v["counters"]["dead"], serde_json::Value::Null, "{out}");
 
     for extra in [&["--ud", "-s", "1024"][..], &["-s", "10000"][..]] {
         let mut a = vec!["ping", "--loopback", "--udp-port", "0", "-n", "40", "-c", "--counters"];

@@ -9,14 +9,17 @@
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration as StdDuration;
 
 use roce_proto::{DatagramMeta, Engine, Instant};
 use roce_wire::icrc::{Ipv4IdCache, ICRC_LEN};
 
 use crate::capture::{Capture, IpFields};
+use crate::error::Error;
+pub use crate::stats::{DriverStats, SendError};
 use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
 
 /// Bytes reserved per transmit slot: one GSO batch of equal-size packets.
@@ -26,46 +29,6 @@ const MAX_SEGS: usize = 64;
 /// `sendmmsg` calls that find the socket buffer full before the batch's
 /// remaining datagrams are given up (the transport retransmits them).
 const FULL_SPINS: u32 = 10_000;
-
-/// A datagram the kernel refused to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SendError {
-    pub dst: SocketAddr,
-    /// Bytes of the datagram (each one, for a GSO run).
-    pub len: usize,
-    pub kind: io::ErrorKind,
-    pub os_error: Option<i32>,
-    /// The system's description of the error.
-    pub message: String,
-}
-
-impl std::fmt::Display for SendError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "sending a {}-byte datagram to {} failed: {}", self.len, self.dst, self.message)
-    }
-}
-
-/// What the driver counts of its socket, beside the engine's counters.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DriverStats {
-    /// Datagrams given up because the socket buffer stayed full (the
-    /// transport retransmits them).
-    pub tx_dropped: u64,
-    /// Datagrams the kernel refused with an error.
-    pub tx_errors: u64,
-    /// The first of those errors.
-    pub first_tx_error: Option<SendError>,
-    /// UDP GSO / GRO in use.
-    pub gso: bool,
-    pub gro: bool,
-    /// Why GSO was turned off after the device opened, if it was (the
-    /// kernel refused a segmented send; the datagrams went out one by one).
-    pub gso_refused: Option<String>,
-    /// Times an application thread polling a CQ with a pipeline of sends
-    /// outstanding took the socket over from the driver thread
-    /// (`Cq::poll_or_drive`); it gives it back once it stops.
-    pub drive_takeovers: u64,
-}
 
 /// Everything behind the lock.
 pub(crate) struct Core {
@@ -102,6 +65,14 @@ pub(crate) struct Core {
     /// Whether the driver thread's poll watches the socket (not in
     /// busy-poll mode, nor while an application thread drives).
     pub socket_watched: bool,
+    /// Tests only (`Device::inject_driver_panic`): the driver thread panics
+    /// with this message at its next turn, as an engine bug would.
+    pub inject_panic: Option<String>,
+    /// Bytes each connected QP's peer can have in flight towards us (its
+    /// send window), by QPN.
+    qp_in_flight: std::collections::HashMap<u32, u64>,
+    /// The longest RDMA READ posted so far, bytes.
+    largest_read: u64,
 }
 
 pub(crate) struct Shared {
@@ -124,6 +95,11 @@ pub(crate) struct Shared {
     /// The driver's registry, through which a driving application thread
     /// takes the socket from the driver thread's watch and gives it back.
     pub registry: mio::Registry,
+    /// Why the device is dead, once it is: the engine panicked (on the
+    /// driver thread or under a verb), so its state can no longer be
+    /// trusted. Set once; from then on every verb fails with
+    /// [`Error::DeviceDead`] and every waiter is woken to fail.
+    pub dead: OnceLock<String>,
 }
 
 /// How long an application thread's [`Shared::drive`] keeps the driver
@@ -134,17 +110,71 @@ pub(crate) const DRIVE_LEASE: StdDuration = StdDuration::from_micros(200);
 
 pub(crate) const WAKER: mio::Token = mio::Token(1);
 /// In busy-poll mode the driver thread runs due timers at least this often.
-const BUSY_POLL_TICK: StdDuration = StdDuration::from_millis(1);
+pub(crate) const BUSY_POLL_TICK: StdDuration = StdDuration::from_millis(1);
 pub(crate) const SOCKET: mio::Token = mio::Token(0);
-const TIMER: mio::Token = mio::Token(2);
+pub(crate) const TIMER: mio::Token = mio::Token(2);
 
 impl Shared {
     pub fn now(&self) -> Instant {
         Instant::from_nanos(self.origin.elapsed().as_nanos() as u64)
     }
 
-    pub fn lock(&self) -> MutexGuard<'_, Core> {
+    /// The core, for a verb: [`Error::DeviceDead`] once the engine has
+    /// panicked. A lock poisoned by a panic under it (on an application
+    /// thread, in a verb that does not catch it) kills the device too.
+    pub fn lock(&self) -> Result<MutexGuard<'_, Core>, Error> {
+        match self.core.lock() {
+            Ok(core) if self.dead.get().is_none() => Ok(core),
+            Ok(_) => Err(self.dead_error()),
+            Err(poisoned) => {
+                let why = "the engine panicked on an application thread (that thread's panic says where)";
+                self.die(poisoned.into_inner(), why.into());
+                Err(self.dead_error())
+            }
+        }
+    }
+
+    /// The core whatever became of the device: for what reads what is
+    /// there (counters, statistics) and for teardown.
+    pub fn lock_any(&self) -> MutexGuard<'_, Core> {
         self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error every verb of a dead device returns.
+    pub fn dead_error(&self) -> Error {
+        Error::DeviceDead(self.dead.get().cloned().unwrap_or_else(|| "the engine panicked".into()))
+    }
+
+    /// Kills the device (the first reason given stays): marks it dead under
+    /// the lock, so no verb that takes the lock after this succeeds, then
+    /// wakes everyone who waits on it (threads in `Cq::wait` and
+    /// `Mr::wait_byte`, `async` tasks, the driver thread) so that they fail
+    /// at once rather than sleep until their timeout.
+    pub fn die(&self, mut core: MutexGuard<'_, Core>, why: String) {
+        let _ = self.dead.set(why);
+        let mut wakers = std::mem::take(&mut core.cq_wakers);
+        wakers.append(&mut core.event_wakers);
+        drop(core);
+        let _ = self.waker.wake();
+        Wake { notify: true, wakers }.fire(&self.cq_cond);
+    }
+
+    /// Runs `f` on the core and catches an engine panic in it: the device
+    /// dies with the panic's message and the caller gets
+    /// [`Error::DeviceDead`] instead of the panic.
+    pub fn guarded<'a, T>(
+        &'a self,
+        mut core: MutexGuard<'a, Core>,
+        f: impl FnOnce(&mut Core) -> T,
+    ) -> Result<(T, MutexGuard<'a, Core>), Error> {
+        match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut core))) {
+            Ok(v) => Ok((v, core)),
+            Err(payload) => {
+                let why = format!("the engine panicked in a verb: {}", panic_message(payload.as_ref()));
+                self.die(core, why);
+                Err(self.dead_error())
+            }
+        }
     }
 
     /// After work was posted under the lock: send it, wake the driver
@@ -209,7 +239,7 @@ impl Shared {
 
     /// Puts the socket back under the driver thread's watch if a drive
     /// lease took it.
-    fn watch_socket(&self, core: &mut Core) -> io::Result<()> {
+    pub(crate) fn watch_socket(&self, core: &mut Core) -> io::Result<()> {
         if !core.socket_watched && !self.busy_poll {
             self.registry.register(&mut mio::unix::SourceFd(&core.fd()), SOCKET, mio::Interest::READABLE)?;
             core.socket_watched = true;
@@ -222,6 +252,17 @@ impl Shared {
         if core.stats.tx_errors > 0 {
             self.tx_failed.store(true, Ordering::Release);
         }
+    }
+}
+
+/// The message a panic carried (`panic!` with a literal or a format).
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
@@ -277,7 +318,12 @@ fn move_icrc(ids: &mut Ipv4IdCache, pkt: &mut [u8], from: u16, to: u16) {
 
 impl Core {
     pub fn new(engine: Engine, io: UdpIo) -> Core {
-        let stats = DriverStats { gso: io.gso(), gro: io.gro(), ..DriverStats::default() };
+        let stats = DriverStats {
+            gso: io.gso(),
+            gro: io.gro(),
+            socket_buffers: io.buffers(),
+            ..DriverStats::default()
+        };
         Core {
             engine,
             io,
@@ -295,7 +341,80 @@ impl Core {
             rx_hot: false,
             slots: Vec::with_capacity(BATCH),
             socket_watched: false,
+            inject_panic: None,
+            qp_in_flight: std::collections::HashMap::new(),
+            largest_read: 0,
         }
+    }
+
+    /// Notes what QP `qpn` can have in flight towards this socket once
+    /// connected: a peer's send window, `window` packets (its
+    /// `max_unacked_psns`, taken to be this engine's) of up to `mtu` bytes
+    /// of payload plus headers. `None` forgets the QP (destroyed, or not
+    /// connected). Then looks at the receive buffer again.
+    pub fn note_qp(&mut self, qpn: u32, mtu_window: Option<(usize, u32)>) {
+        match mtu_window {
+            Some((mtu, window)) => {
+                // BTH + RETH + ICRC, the most a request packet adds to its payload.
+                let per_packet = (mtu + 12 + 16 + 4) as u64;
+                self.qp_in_flight.insert(qpn, per_packet * u64::from(window));
+            }
+            None => {
+                self.qp_in_flight.remove(&qpn);
+            }
+        }
+        self.check_socket_buffer();
+    }
+
+    /// Notes an RDMA READ of `len` bytes posted: its responses arrive in
+    /// one unpaced burst.
+    pub fn note_read(&mut self, len: u64) {
+        if len > self.largest_read {
+            self.largest_read = len;
+            self.check_socket_buffer();
+        }
+    }
+
+    /// Warns, once per device, when what its QPs can have in flight
+    /// towards it outgrows the room in its socket's receive buffer (see
+    /// [`SocketBuffers::recv_room`]): the kernel drops the rest of such a
+    /// burst, silently, and the transport recovers it only by
+    /// retransmission (a tail loss only at the ACK timeout). The warning
+    /// is kept in `DriverStats::socket_buffer_warning` and printed to
+    /// stderr, as the library's other warnings are.
+    fn check_socket_buffer(&mut self) {
+        let need = self.qp_in_flight.values().sum::<u64>() + self.largest_read;
+        self.stats.rx_in_flight_max = need;
+        let b = self.stats.socket_buffers;
+        if self.stats.socket_buffer_warning.is_some() || need <= b.recv_room() as u64 {
+            return;
+        }
+        let capped = !b.recv_forced && b.recv_granted < 2 * b.recv_requested;
+        let (why, advice) = if capped {
+            (
+                "net.core.rmem_max caps it, and SO_RCVBUFFORCE needs CAP_NET_ADMIN",
+                "raise net.core.rmem_max or run with CAP_NET_ADMIN",
+            )
+        } else if b.recv_forced {
+            ("forced with SO_RCVBUFFORCE", "ask for a larger DeviceConfig::recv_buffer")
+        } else {
+            ("not capped", "ask for a larger DeviceConfig::recv_buffer")
+        };
+        let w = format!(
+            "device {}: its socket's receive buffer has room for {} bytes (the kernel granted {} bytes, its \
+             bookkeeping included, for {} asked: {why}), but its QPs can have {need} bytes in flight towards it ({} \
+             connected QP(s), largest RDMA READ {} bytes): the kernel drops the rest of such a burst \
+             (counted in rx_dropped_socket_full) and the transport recovers it only by retransmission: \
+             {advice}",
+            self.io.local_addr(),
+            b.recv_room(),
+            b.recv_granted,
+            b.recv_requested,
+            self.qp_in_flight.len(),
+            self.largest_read,
+        );
+        eprintln!("roce: warning: {w}");
+        self.stats.socket_buffer_warning = Some(w);
     }
 
     /// After work that may have produced completions: who to wake, the
@@ -318,8 +437,8 @@ impl Core {
         self.io.raw_fd()
     }
 
-    pub fn stats(&self) -> DriverStats {
-        DriverStats { gso: self.io.gso(), ..self.stats.clone() }
+    pub fn stats(&mut self) -> DriverStats {
+        DriverStats { gso: self.io.gso(), rx_dropped: self.io.drops_now(), ..self.stats.clone() }
     }
 
     /// Receives all waiting datagrams, runs due timers, sends. Returns true
@@ -353,7 +472,13 @@ impl Core {
         let local = self.io.local_addr();
         let want = if busy && !self.rx_hot { 1 } else { BATCH };
         loop {
-            let n = self.io.recv(&mut self.rx_bufs[..want], &mut self.rx_meta[..want])?;
+            let n = match self.io.recv(&mut self.rx_bufs[..want], &mut self.rx_meta[..want]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.record_rx_error(&e);
+                    return Err(e);
+                }
+            };
             for i in 0..n {
                 let m = self.rx_meta[i];
                 // A UDP socket does not show the IPv4 Identification: the
@@ -551,6 +676,23 @@ impl Core {
         }
     }
 
+    /// Counts a failed receive call and keeps the first such error.
+    fn record_rx_error(&mut self, e: &io::Error) {
+        self.stats.rx_errors += 1;
+        if self.stats.first_rx_error.is_none() {
+            self.stats.first_rx_error = Some(e.to_string());
+        }
+    }
+
+    /// Counts a timerfd failure (the driver thread then falls back to
+    /// `epoll`'s millisecond timeouts) and keeps the first reason.
+    pub fn record_timer_failure(&mut self, what: &str, e: &io::Error) {
+        self.stats.timerfd_failures += 1;
+        if self.stats.timer_fallback.is_none() {
+            self.stats.timer_fallback = Some(format!("{what}: {e}"));
+        }
+    }
+
     fn record_error(&mut self, e: &io::Error, dst: SocketAddr, len: usize, datagrams: usize) {
         self.stats.tx_errors += datagrams as u64;
         if self.stats.first_tx_error.is_none() {
@@ -571,73 +713,6 @@ impl Core {
 /// ENOPROTOOPT where UDP_SEGMENT is unknown.
 fn gso_refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL | libc::EOPNOTSUPP | libc::ENOPROTOOPT))
-}
-
-/// The driver thread: progress when the socket is readable or a timer is
-/// due, sleeping in between. In busy-poll mode the application's threads
-/// receive (they spin in `Cq::poll`/`Device::progress`), so this thread only
-/// keeps the timers.
-pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
-    let mut events = mio::Events::with_capacity(8);
-    // Without it, timers run at epoll's millisecond resolution.
-    let mut timer = crate::timer::WakeTimer::new(poll.registry(), TIMER).ok();
-    while !shared.stop.load(Ordering::Acquire) {
-        let mut wake = Wake::default();
-        let timeout = {
-            let mut core = shared.lock();
-            let now = shared.now();
-            let lease = shared.driving_until.load(Ordering::Acquire);
-            let driven = now.as_nanos() < lease;
-            if !driven {
-                // Should the kernel refuse (never seen), the socket stays
-                // unwatched and the timeout below has this thread receive
-                // every lease instead.
-                let _ = shared.watch_socket(&mut core);
-            }
-            let activity = if shared.busy_poll || driven {
-                let due = core.engine.poll_timeout().is_some_and(|t| t <= now);
-                if due {
-                    core.engine.handle_timeout(now);
-                }
-                core.flush(now);
-                due
-            } else {
-                core.progress(now).unwrap_or(false)
-            };
-            shared.note_tx_failure(&core);
-            if activity {
-                wake = core.completion_waiters();
-            }
-            let next = core.engine.poll_timeout();
-            shared.driver_deadline.store(next.map_or(u64::MAX, |t| t.as_nanos()), Ordering::Release);
-            let wait = next.map(|t| StdDuration::from_nanos(t.as_nanos().saturating_sub(now.as_nanos())));
-            if let Some(t) = &mut timer {
-                if t.arm(next, now).is_err() {
-                    timer = None;
-                }
-            }
-            if shared.busy_poll {
-                Some(wait.map_or(BUSY_POLL_TICK, |w| w.min(BUSY_POLL_TICK)))
-            } else if driven || !core.socket_watched {
-                // Look in at the lease's end (a renewed lease: again then).
-                let left = if driven {
-                    StdDuration::from_nanos(lease - now.as_nanos()).max(DRIVE_LEASE / 4)
-                } else {
-                    DRIVE_LEASE
-                };
-                Some(wait.map_or(left, |w| w.min(left)))
-            } else {
-                wait
-            }
-        };
-        wake.fire(&shared.cq_cond);
-        let _ = poll.poll(&mut events, timeout);
-        if let Some(t) = &mut timer {
-            if events.iter().any(|e| e.token() == TIMER) {
-                t.clear();
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -771,5 +846,33 @@ mod tests {
         assert_eq!((e.dst, e.os_error), (sink.local_addr(), Some(libc::EMSGSIZE)));
         assert!(e.to_string().contains("Message too long"), "{e}");
         assert!(s.gso && s.gso_refused.is_none(), "{s:?}");
+    }
+
+    /// A receive call the kernel fails is counted and its error kept, as
+    /// send errors are; the next call receives again.
+    #[test]
+    fn receive_errors_are_counted() {
+        let (mut core, _, _) = core_towards("127.0.0.1:9".parse().unwrap());
+        core.io.fail_recv = Some(libc::ENOMEM);
+        assert!(core.progress(Instant::from_nanos(1)).is_err());
+        assert!(!core.progress(Instant::from_nanos(2)).unwrap());
+        let s = core.stats();
+        assert_eq!(s.rx_errors, 1, "{s:?}");
+        assert!(s.first_rx_error.as_deref().is_some_and(|e| e.contains("os error 12")), "{s:?}");
+        assert_eq!(s.tx_errors, 0);
+    }
+
+    /// A timerfd that cannot be made or armed is counted, with the first
+    /// reason kept, for `--counters` to show the millisecond fallback.
+    #[test]
+    fn timerfd_failures_are_counted() {
+        let (mut core, _, _) = core_towards("127.0.0.1:9".parse().unwrap());
+        assert_eq!((core.stats().timerfd_failures, core.stats().timer_fallback), (0, None));
+        core.record_timer_failure("arming the timerfd", &io::Error::from_raw_os_error(libc::EINVAL));
+        core.record_timer_failure("arming the timerfd", &io::Error::from_raw_os_error(libc::EBADF));
+        let s = core.stats();
+        assert_eq!(s.timerfd_failures, 2);
+        let why = s.timer_fallback.expect("kept");
+        assert!(why.starts_with("arming the timerfd: ") && why.contains("os error 22"), "{why}");
     }
 }

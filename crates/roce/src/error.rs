@@ -22,6 +22,16 @@ pub enum Error {
     /// A bad configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A DSCP (device or QP) that does not fit the 6 bits of the IP
+    /// header's DS field (RFC 2474): 0..=63.
+    #[error("DSCP {0} is not a 6-bit value (0..=63)")]
+    Dscp(u8),
+    /// The device is dead: its engine panicked (the message says where and
+    /// why), so its state cannot be trusted. Every verb on it fails with
+    /// this from then on and every wait wakes with it; counters and
+    /// statistics still read what was counted. Open a new device.
+    #[error("the device is dead: {0}")]
+    DeviceDead(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -14,19 +14,33 @@
 
 mod buffer;
 mod capture;
+mod config;
+mod cq;
 pub mod crypto;
 mod device;
 mod driver;
 mod error;
+mod mr;
+mod pd;
+mod qp;
+mod stats;
+mod thread;
 mod timer;
 /// Batched UDP I/O. Not part of the public API: public only for the
 /// raw-UDP baseline of the `vs_udp` benchmark.
 #[doc(hidden)]
 pub mod udp;
+mod wait;
 
 pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
-pub use device::*;
+pub use config::{DeviceConfig, RxIcrcCheck};
+pub use cq::{Cq, WaitCompletions, WC_ZERO};
+pub use device::Device;
+pub use driver::{DriverStats, SendError};
 pub use error::{Error, Result};
+pub use mr::Mr;
+pub use pd::{Ah, Pd, Srq};
+pub use qp::{ConnectOptions, Endpoint, Qp, QpBuilder};
 pub use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 pub use roce_proto::{
     gid_from_bytes, gid_to_bytes, Access, AddressVector, AsyncEvent, AttrMask, CnpConfig, Counters, CqId,
@@ -34,3 +48,4 @@ pub use roce_proto::{
     SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV,
 };
 pub use roce_wire::Psn;
+pub use udp::SocketBuffers;

@@ -19,6 +19,14 @@
 //!   tunnels; the ICRC protects the packet). Without it the kernel drops
 //!   them as checksum errors before we see them.
 //!
+//! And what it is set up for because the kernel drops silently: the socket
+//! buffers are asked for with `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` where the
+//! process may (CAP_NET_ADMIN), else with `SO_RCVBUF`/`SO_SNDBUF`, which
+//! Linux caps at `net.core.rmem_max`/`wmem_max` without a word, and read
+//! back ([`SocketBuffers`]); `SO_RXQ_OVFL` has every received datagram
+//! carry the socket's count of datagrams dropped for want of room, and
+//! `SO_MEMINFO` reads it when nothing arrives.
+//!
 //! # Safety argument
 //!
 //! This module is the crate's `unsafe` but for one `madvise` (`buffer`):
@@ -53,9 +61,75 @@ const UDP_GRO: libc::c_int = 104;
 const IPV6_AUTOFLOWLABEL: libc::c_int = 70;
 /// TTL / hop limit of every packet sent.
 pub const TTL: u8 = 64;
-/// Room for TOS/TCLASS + pktinfo + GRO segment size + TTL + flow info
-/// (received: 16 + 40 + 16 + 16 + 16 bytes) or TOS + segment size (sent).
+/// Room for TOS/TCLASS + pktinfo + GRO segment size + TTL + flow info +
+/// drop count (received: 16 + 40 + 16 + 16 + 16 + 16 bytes) or TOS +
+/// segment size (sent).
 const CMSG_BUF_WORDS: usize = 24;
+/// Linux `SK_MEMINFO_DROPS`: the drop count's index in `SO_MEMINFO`'s array
+/// (include/uapi/linux/sock_diag.h).
+const SK_MEMINFO_DROPS: usize = 8;
+/// Linux `SK_MEMINFO_VARS` as of 4.x (newer kernels may report more; the
+/// call reads the first this many).
+const SK_MEMINFO_VARS: usize = 9;
+
+/// The receive buffer asked for by default: 32 MiB, room for a 16 MiB RDMA
+/// READ's responses and the windows of a few QPs besides. With 8 MiB
+/// asked and `rmem_max` at 4 MiB, READ bursts of 8 MiB lost their tail;
+/// 32 MiB took such runs clean. Forced where the process may, else capped
+/// by `net.core.rmem_max` (the device then warns if that is too little).
+pub const DEFAULT_RECV_BUFFER: usize = 32 << 20;
+/// The send buffer asked for by default.
+pub const DEFAULT_SEND_BUFFER: usize = 8 << 20;
+
+/// Socket buffer sizes to ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferRequest {
+    /// Bytes of receive buffer (`SO_RCVBUF`).
+    pub recv: usize,
+    /// Bytes of send buffer (`SO_SNDBUF`).
+    pub send: usize,
+    /// Try `SO_RCVBUFFORCE`/`SO_SNDBUFFORCE` first (they pass the
+    /// `net.core` caps but need CAP_NET_ADMIN; without it the plain
+    /// options are used).
+    pub force: bool,
+}
+
+impl Default for BufferRequest {
+    /// The default sizes, forced where the process may.
+    fn default() -> Self {
+        BufferRequest { recv: DEFAULT_RECV_BUFFER, send: DEFAULT_SEND_BUFFER, force: true }
+    }
+}
+
+/// The socket buffers asked for and what the kernel granted, read back
+/// after setting them.
+///
+/// A granted size is what `getsockopt` reports: the kernel's limit on the
+/// bytes it holds for the socket, its bookkeeping (each datagram's
+/// `sk_buff`) included. Linux doubles the size set for that bookkeeping
+/// (socket(7)), after capping it at `net.core.rmem_max`/`wmem_max` unless
+/// the size was forced; so a granted size below twice the request means
+/// the cap cut it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketBuffers {
+    pub recv_requested: usize,
+    pub recv_granted: usize,
+    /// `SO_RCVBUFFORCE` was allowed (the `rmem_max` cap did not apply).
+    pub recv_forced: bool,
+    pub send_requested: usize,
+    pub send_granted: usize,
+    /// `SO_SNDBUFFORCE` was allowed.
+    pub send_forced: bool,
+}
+
+impl SocketBuffers {
+    /// Bytes of datagram payload the receive buffer has room for: half of
+    /// what was granted, the other half being the kernel's bookkeeping
+    /// (the share socket(7) gives it).
+    pub fn recv_room(&self) -> usize {
+        self.recv_granted / 2
+    }
+}
 
 /// One datagram (or GSO batch of equal-size datagrams) to send.
 #[derive(Debug, Clone, Copy)]
@@ -137,10 +211,18 @@ pub struct UdpIo {
     gso: bool,
     gro: bool,
     local: SocketAddr,
+    buffers: SocketBuffers,
+    /// The kernel's count of datagrams dropped at this socket, as last
+    /// reported (it is a wrapping `u32`), and their total since binding.
+    drops_seen: u32,
+    drops: u64,
     /// Tests: fail segmented sends with this errno, as a kernel whose route
     /// device cannot checksum does (EIO).
     #[cfg(test)]
     pub(crate) fail_gso: Option<i32>,
+    /// Tests: fail the next receive call with this errno.
+    #[cfg(test)]
+    pub(crate) fail_recv: Option<i32>,
 }
 
 fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_int) -> io::Result<()> {
@@ -161,10 +243,50 @@ fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, v: libc::c_i
     }
 }
 
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: passes a pointer to a live c_int and its size; the kernel
+    // writes at most `len` bytes and says how many.
+    let r = unsafe { libc::getsockopt(fd, level, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    if r == 0 {
+        Ok(v)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Sets one socket buffer (`force`: with `force_name` first, where the
+/// process may) and reads back what the kernel granted. Returns the size
+/// granted and whether the forced option was allowed.
+fn set_buffer(
+    fd: RawFd,
+    name: libc::c_int,
+    force_name: libc::c_int,
+    bytes: usize,
+    force: bool,
+) -> io::Result<(usize, bool)> {
+    // The kernel takes an int and doubles it.
+    let v = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX).min(libc::c_int::MAX / 2);
+    let forced = force && setsockopt_int(fd, libc::SOL_SOCKET, force_name, v).is_ok();
+    if !forced {
+        // Refused only for a bad value; the read-back says what is in force.
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, name, v);
+    }
+    let granted = getsockopt_int(fd, libc::SOL_SOCKET, name)?;
+    Ok((usize::try_from(granted).unwrap_or(0), forced))
+}
+
 impl UdpIo {
-    /// Binds a UDP socket to `addr` and enables the options above. GSO and GRO
-    /// are used only if the kernel accepts them.
+    /// Binds a UDP socket to `addr` and enables the options above, with the
+    /// default socket buffers. GSO and GRO are used only if the kernel
+    /// accepts them.
     pub fn bind(addr: SocketAddr) -> io::Result<UdpIo> {
+        UdpIo::bind_with(addr, BufferRequest::default())
+    }
+
+    /// [`UdpIo::bind`] with the socket buffers asked for in `req`.
+    pub fn bind_with(addr: SocketAddr, req: BufferRequest) -> io::Result<UdpIo> {
         let v6 = addr.is_ipv6();
         let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
         if v6 {
@@ -172,9 +294,21 @@ impl UdpIo {
         }
         sock.bind(&addr.into())?;
         sock.set_nonblocking(true)?;
-        let _ = sock.set_recv_buffer_size(8 << 20);
-        let _ = sock.set_send_buffer_size(8 << 20);
         let fd = sock.as_raw_fd();
+        let (recv_granted, recv_forced) =
+            set_buffer(fd, libc::SO_RCVBUF, libc::SO_RCVBUFFORCE, req.recv, req.force)?;
+        let (send_granted, send_forced) =
+            set_buffer(fd, libc::SO_SNDBUF, libc::SO_SNDBUFFORCE, req.send, req.force)?;
+        let buffers = SocketBuffers {
+            recv_requested: req.recv,
+            recv_granted,
+            recv_forced,
+            send_requested: req.send,
+            send_granted,
+            send_forced,
+        };
+        // Since Linux 2.6.33; without it drops are read with SO_MEMINFO.
+        let _ = setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1);
         let ttl = libc::c_int::from(TTL);
         if v6 {
             setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, 1)?;
@@ -207,9 +341,54 @@ impl UdpIo {
             gso,
             gro,
             local,
+            buffers,
+            drops_seen: 0,
+            drops: 0,
             #[cfg(test)]
             fail_gso: None,
+            #[cfg(test)]
+            fail_recv: None,
         })
+    }
+
+    /// The socket buffers asked for and granted.
+    pub fn buffers(&self) -> SocketBuffers {
+        self.buffers
+    }
+
+    /// Datagrams the kernel dropped at this socket since it was bound
+    /// (its receive buffer was full, or, rarely, a checksum failed), as
+    /// last reported by a received datagram (`SO_RXQ_OVFL`).
+    pub fn drops(&self) -> u64 {
+        self.drops
+    }
+
+    /// [`UdpIo::drops`], asking the kernel now (`SO_MEMINFO`), for drops
+    /// that no datagram has reported yet (the tail of a burst).
+    pub fn drops_now(&mut self) -> u64 {
+        let mut info = [0u32; SK_MEMINFO_VARS];
+        let mut len = size_of::<[u32; SK_MEMINFO_VARS]>() as libc::socklen_t;
+        // SAFETY: passes the array and its size; the kernel writes at most
+        // `len` bytes (it copies min(len, its own size)) and says how many.
+        let r = unsafe {
+            libc::getsockopt(
+                self.sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_MEMINFO,
+                info.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 && len as usize >= (SK_MEMINFO_DROPS + 1) * size_of::<u32>() {
+            self.note_drops(info[SK_MEMINFO_DROPS]);
+        }
+        self.drops
+    }
+
+    /// Takes the kernel's wrapping drop count `now`.
+    fn note_drops(&mut self, now: u32) {
+        self.drops += u64::from(now.wrapping_sub(self.drops_seen));
+        self.drops_seen = now;
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -309,6 +488,10 @@ impl UdpIo {
         if n == 0 {
             return Ok(0);
         }
+        #[cfg(test)]
+        if let Some(errno) = self.fail_recv.take() {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         let Scratch { hdrs, iovs, names, ctrl } = &mut self.scratch;
         for i in 0..n {
             iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
@@ -338,6 +521,7 @@ impl UdpIo {
             return Err(e);
         }
         let got = r as usize;
+        let mut drops = None;
         for i in 0..got {
             let h = &hdrs[i].msg_hdr;
             let len = hdrs[i].msg_len as usize;
@@ -380,12 +564,18 @@ impl UdpIo {
                                 meta.stride = seg as usize;
                             }
                         }
+                        (libc::SOL_SOCKET, libc::SO_RXQ_OVFL) => {
+                            drops = Some(std::ptr::read_unaligned(data.cast::<u32>()));
+                        }
                         _ => {}
                     }
                     c = libc::CMSG_NXTHDR(h, c);
                 }
             }
             metas[i] = meta;
+        }
+        if let Some(d) = drops {
+            self.note_drops(d);
         }
         Ok(got)
     }

@@ -135,13 +135,23 @@ pub fn main(cmd: &PerfCommand) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let r = if args.loopback {
-        loopback(&conf)
-    } else if let Some(s) = &args.server {
-        client(&conf, s)
+    exit_status(&run(&conf, args.loopback, args.server.as_deref()))
+}
+
+/// Runs the test in one process (`loopback`), as a client of `server`, or
+/// as a server.
+fn run(conf: &Conf, loopback_: bool, server_: Option<&str>) -> Result<()> {
+    if loopback_ {
+        loopback(conf)
+    } else if let Some(s) = server_ {
+        client(conf, s)
     } else {
-        server(&conf, None, None, false, true)
-    };
+        server(conf, None, None, false, true)
+    }
+}
+
+/// The exit status of a test that ran: 0, or 1 with the error on stderr.
+fn exit_status(r: &Result<()>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -306,5 +316,32 @@ fn loopback(conf: &Conf) -> Result<()> {
         (Err(c), Ok(())) => Err(c),
         (Ok(()), Err(s)) => Err(Error(format!("server: {s}"))),
         (Err(c), Err(s)) => Err(Error(format!("{c}\n       server: {s}"))),
+    }
+}
+
+/// A device that dies under a test (its driver thread killed once opened,
+/// as an engine panic would) fails the test with an error that says so,
+/// and the exit status is 1.
+#[cfg(test)]
+mod dead_device_tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Command};
+
+    #[test]
+    fn perf_reports_a_dead_device_and_fails() {
+        let port = std::net::UdpSocket::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        crate::report::KILL_ON_OPEN.lock().unwrap().push(port);
+        let p = port.to_string();
+        let argv =
+            ["roce", "perf", "write-bw", "--loopback", "--udp-port", &p, "-n", "20", "--timeout", "10"];
+        let Command::Perf { test } = Cli::try_parse_from(argv).unwrap().command else { unreachable!() };
+        let (t, args) = test.split();
+        let conf = Conf::new(t, args).unwrap();
+        let r = run(&conf, args.loopback, args.server.as_deref());
+        let e = r.as_ref().expect_err("a test on a dead device fails");
+        assert!(e.0.contains("the driver thread panicked: injected by a test of the tools"), "{e}");
+        assert_eq!(format!("{:?}", exit_status(&r)), format!("{:?}", ExitCode::from(1)));
     }
 }

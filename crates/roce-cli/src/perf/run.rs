@@ -194,6 +194,7 @@ impl RdmaSide {
             };
             Error(format!("cannot open the RDMA device on UDP {bind}: {e}{hint}"))
         })?;
+        crate::report::opened(&dev);
         Ok(RdmaSide::with_device(conf.clone(), role, dev, quiet))
     }
 

@@ -1,0 +1,138 @@
+//! Registered memory regions, and the safe way to their bytes.
+
+use std::sync::Arc;
+use std::time::Duration as StdDuration;
+
+use roce_proto::*;
+
+use crate::error::Result;
+use crate::pd::Pd;
+use crate::wait::{wait_for, Until};
+
+/// A registered memory region. The memory stays alive as long as the region
+/// (and as long as the application keeps its own `Arc<MemBuf>`).
+///
+/// [`Mr::read`], [`Mr::write`] and [`Mr::fill`] reach the memory safely at
+/// any time. The verbs contract still says when its bytes mean something:
+/// memory that an outstanding work request is sending may change under it
+/// only after the completion, and memory a peer may be writing holds the
+/// message only once the completion (or the peer's own signal) says so.
+pub struct Mr {
+    pub(crate) pd: Pd,
+    pub(crate) keys: MrKeys,
+    pub(crate) buf: Arc<MemBuf>,
+}
+
+/// Registration lives with the region it makes.
+impl Pd {
+    /// Registers all of `buf` with the given access rights (`ibv_reg_mr`);
+    /// the I/O virtual address is the buffer's address.
+    pub fn reg_mr(&self, buf: Arc<MemBuf>, access: Access) -> Result<Mr> {
+        let len = buf.len();
+        self.reg_mr_range(buf, 0, len, None, access)
+    }
+
+    /// Registers `[offset, offset+length)` of `buf`, optionally at a chosen
+    /// I/O virtual address.
+    pub fn reg_mr_range(
+        &self,
+        buf: Arc<MemBuf>,
+        offset: usize,
+        length: usize,
+        iova: Option<u64>,
+        access: Access,
+    ) -> Result<Mr> {
+        let spec = MrSpec { buf: buf.clone(), offset, length, iova, access };
+        let keys = self.dev().with(|e| e.reg_mr(self.inner.id, spec))?;
+        Ok(Mr { pd: self.clone(), keys, buf })
+    }
+}
+
+impl Mr {
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+    pub fn addr(&self) -> u64 {
+        self.keys.addr
+    }
+    pub fn len(&self) -> usize {
+        self.keys.length as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.keys.length == 0
+    }
+    /// The registered buffer. Holding it is harmless; touching its bytes
+    /// directly takes `unsafe` and the verbs contract (see [`MemBuf`]):
+    /// [`Mr::read`] and [`Mr::write`] are the safe way.
+    pub fn buf(&self) -> &Arc<MemBuf> {
+        &self.buf
+    }
+
+    /// Copies bytes `[offset, offset + dst.len())` of the region (offsets
+    /// into the region) into `dst`.
+    ///
+    /// Sound whatever the NIC is doing: it takes the device's lock, and the
+    /// NIC touches registered memory only under that lock. The engine, which
+    /// does every copy and atomic of the NIC (receives, incoming WRITEs and
+    /// atomics, READ responses, gathering what it sends), lives in the
+    /// driver's `Core` inside the device's mutex; the driver thread and the
+    /// application's threads (posting, polling, busy-poll progress) reach
+    /// it only through that mutex, and the socket moves datagrams through
+    /// the driver's own buffers, never registered memory. The buffer cannot
+    /// be registered with another device meanwhile (see
+    /// [`VerbsError::BufferOnOtherDevice`]).
+    ///
+    /// What it reads may be part of a message still arriving; the
+    /// completion says when a message is all there.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock()?;
+        Ok(core.engine.mr_read(self.keys.lkey, offset, dst)?)
+    }
+
+    /// Waits until byte `offset` of the region equals `want` (perftest's
+    /// latency loops watch the last byte of an incoming RDMA WRITE this
+    /// way): true once it does, false if `timeout` passes first.
+    ///
+    /// Without busy-poll it sleeps between looks and is woken by the
+    /// driver thread after each receive, so it never holds the device's
+    /// lock while the driver needs it. A loop of [`Mr::read`] would take
+    /// the lock back-to-back and, with fewer cores than busy threads, can
+    /// keep the driver thread from the packet it is waiting for for tens of
+    /// milliseconds. With busy-poll it drives the network itself.
+    pub fn wait_byte(&self, offset: usize, want: u8, timeout: StdDuration) -> Result<bool> {
+        let mut b = [0u8];
+        let seen = wait_for(self.pd.dev().shared(), Until::Progress, timeout, |core| {
+            core.engine.mr_read(self.keys.lkey, offset, &mut b)?;
+            Ok((b[0] == want).then_some(()))
+        })?;
+        Ok(seen.is_some())
+    }
+
+    /// Copies `src` into the region at `offset`; sound for the reasons
+    /// given at [`Mr::read`]. Bytes that an outstanding work request sends
+    /// may go out before or after the change.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock()?;
+        Ok(core.engine.mr_write(self.keys.lkey, offset, src)?)
+    }
+
+    /// Sets bytes `[offset, offset + n)` of the region to `byte`; see
+    /// [`Mr::write`].
+    pub fn fill(&self, offset: usize, n: usize, byte: u8) -> Result<()> {
+        let mut core = self.pd.dev().shared().lock()?;
+        Ok(core.engine.mr_fill(self.keys.lkey, offset, n, byte)?)
+    }
+    /// A scatter/gather element for `[offset, offset+len)` of the region.
+    pub fn sge(&self, offset: u64, len: u32) -> Sge {
+        Sge { addr: self.keys.addr + offset, length: len, lkey: self.keys.lkey }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        let _ = self.pd.dev().with(|e| e.dereg_mr(self.keys.lkey));
+    }
+}
