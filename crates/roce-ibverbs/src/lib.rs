@@ -11,8 +11,8 @@
 //! * `abi`: rdma-core 44's structures, checked against the C header by the
 //!   layout test;
 //! * `objects`: what stands behind each C object;
-//! * `ffi`: the entry points and the ops tables (the crate's `unsafe`
-//!   boundary, with its safety argument);
+//! * `ffi`: the entry points and the ops tables, a file per object family
+//!   (the crate's `unsafe` boundary, with its safety argument);
 //! * `compat`: the symbols rdma-core's providers and librdmacm import,
 //!   which must resolve for a program to load at all;
 //! * `sys`: eventfds and errno; `regions`: one device per registered byte.
