@@ -6,8 +6,9 @@ use std::sync::atomic::Ordering;
 use libc::EINVAL;
 use roce::AddressVector;
 
-use super::{boxed, ctx_obj, err, free_in_pd, obj, ret_errno, ret_minus1, ret_ptr, R};
+use super::{boxed, ctx_obj, err, free_in_pd, handle, obj, ret_errno, ret_minus1, ret_ptr, R};
 use crate::abi::*;
+use crate::handle::CPart;
 use crate::objects::*;
 
 /// An address vector from `ibv_ah_attr`: RoCE needs the GRH (the
@@ -46,19 +47,26 @@ pub(super) fn ah_attr_of(av: &AddressVector) -> ibv_ah_attr {
     }
 }
 
-fn create_ah(pd: *mut ibv_pd, av: AddressVector) -> R<*mut ibv_ah> {
-    let p: &PdObj = unsafe { obj(pd) }?;
+/// An AH in `pd` for `av`.
+///
+/// # Safety
+/// `pd` is NULL or the program's live PD (point 1).
+unsafe fn create_ah(pd: *mut ibv_pd, av: AddressVector) -> R<*mut ibv_ah> {
+    let h = unsafe { handle::<PdObj>(pd) }?;
+    // SAFETY: the program's live PD.
+    let p = unsafe { h.get() };
     let ah = p.pd.create_ah(av).map_err(err)?;
     p.users.fetch_add(1, Ordering::AcqRel);
-    Ok(boxed(AhObj { ibv: ibv_ah { context: p.ibv.context, pd, handle: 0 }, ah, pd: p }).cast())
+    let ibv = CPart::new(ibv_ah { context: c_field!(p, context), pd, handle: 0 });
+    Ok(boxed(AhObj { ibv, ah, pd: h }))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
     ret_ptr(|| {
         let p: &PdObj = unsafe { obj(pd) }?;
-        let port = unsafe { ctx_obj(p.ibv.context) }?.dev.local_addr().port();
-        create_ah(pd, av_of(unsafe { attr.as_ref() }.ok_or(EINVAL)?, port)?)
+        let port = unsafe { ctx_obj(c_field!(p, context)) }?.dev.local_addr().port();
+        unsafe { create_ah(pd, av_of(attr.as_ref().ok_or(EINVAL)?, port)?) }
     })
 }
 
@@ -108,15 +116,15 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
     ret_ptr(|| {
         let p: &PdObj = unsafe { obj(pd) }?;
         let mut a = ah_attr_of(&AddressVector::new(std::net::IpAddr::from([0u8; 4])));
-        if unsafe { ibv_init_ah_from_wc(p.ibv.context, port, wc, grh, &mut a) } != 0 {
+        if unsafe { ibv_init_ah_from_wc(c_field!(p, context), port, wc, grh, &mut a) } != 0 {
             return Err(EINVAL);
         }
-        let port = unsafe { ctx_obj(p.ibv.context) }?.dev.local_addr().port();
-        create_ah(pd, av_of(&a, port)?)
+        let port = unsafe { ctx_obj(c_field!(p, context)) }?.dev.local_addr().port();
+        unsafe { create_ah(pd, av_of(&a, port)?) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    ret_errno(|| unsafe { free_in_pd::<AhObj, _>(ah) })
+    ret_errno(|| unsafe { free_in_pd::<AhObj>(ah) })
 }

@@ -1,5 +1,6 @@
 //! The async events of a context.
 
+use std::collections::HashMap;
 use std::ffi::c_int;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
@@ -8,6 +9,7 @@ use libc::{EINVAL, EIO};
 
 use super::{ctx_obj, ret_minus1};
 use crate::abi::*;
+use crate::handle::{CObject, Handle};
 use crate::objects::*;
 
 #[no_mangle]
@@ -20,20 +22,37 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
                 .map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
             let Some(e) = c.events.queue.pop() else { continue };
             let ev = &c.events;
-            let look = |m: &Mutex<std::collections::HashMap<u32, usize>>, k: u32| lock(m).get(&k).copied();
+            fn look<W: CObject>(m: &Mutex<HashMap<u32, Handle<W>>>, k: u32) -> Option<*mut W::C> {
+                lock(m).get(&k).map(|h| h.to_c())
+            }
+            use roce::AsyncEvent as E;
             let (ty, el) = match e {
-                roce::AsyncEvent::CqErr(id) => (IBV_EVENT_CQ_ERR, look(&ev.cqs, id.0)),
-                roce::AsyncEvent::QpFatal(n) => (IBV_EVENT_QP_FATAL, look(&ev.qps, n)),
-                roce::AsyncEvent::QpReqErr(n) => (IBV_EVENT_QP_REQ_ERR, look(&ev.qps, n)),
-                roce::AsyncEvent::QpAccessErr(n) => (IBV_EVENT_QP_ACCESS_ERR, look(&ev.qps, n)),
-                roce::AsyncEvent::SqDrained(n) => (IBV_EVENT_SQ_DRAINED, look(&ev.qps, n)),
-                roce::AsyncEvent::SrqLimitReached(id) => (IBV_EVENT_SRQ_LIMIT_REACHED, look(&ev.srqs, id.0)),
+                E::CqErr(id) => {
+                    (IBV_EVENT_CQ_ERR, look(&ev.cqs, id.0).map(|cq| ibv_async_event_element { cq }))
+                }
+                E::QpFatal(n) => {
+                    (IBV_EVENT_QP_FATAL, look(&ev.qps, n).map(|qp| ibv_async_event_element { qp }))
+                }
+                E::QpReqErr(n) => {
+                    (IBV_EVENT_QP_REQ_ERR, look(&ev.qps, n).map(|qp| ibv_async_event_element { qp }))
+                }
+                E::QpAccessErr(n) => {
+                    (IBV_EVENT_QP_ACCESS_ERR, look(&ev.qps, n).map(|qp| ibv_async_event_element { qp }))
+                }
+                E::SqDrained(n) => {
+                    (IBV_EVENT_SQ_DRAINED, look(&ev.qps, n).map(|qp| ibv_async_event_element { qp }))
+                }
+                E::SrqLimitReached(id) => (
+                    IBV_EVENT_SRQ_LIMIT_REACHED,
+                    look(&ev.srqs, id.0).map(|srq| ibv_async_event_element { srq }),
+                ),
                 _ => continue,
             };
-            // An event of an object already destroyed is dropped.
+            // An event of an object destroyed since it was routed here is
+            // dropped, as the kernel drops a destroyed object's events.
             let Some(el) = el else { continue };
             out.event_type = ty;
-            out.element = ibv_async_event_element { cq: el as *mut ibv_cq };
+            out.element = el;
             return Ok(());
         }
     })

@@ -14,9 +14,10 @@ use roce_proto::limits;
 use super::cq::{poll_cq, req_notify_cq};
 use super::srq::post_srq_recv;
 use super::wr::{post_recv, post_send};
-use super::{boxed, c_name, ctx_obj, err, free, ret_errno, ret_minus1, ret_ptr, R};
+use super::{boxed, c_name, ctx_obj, err, handle, ret_errno, ret_minus1, ret_ptr, R};
 use crate::abi::*;
 use crate::config::DeviceEntry;
+use crate::handle::CPart;
 use crate::objects::*;
 use crate::sys::set_errno;
 
@@ -59,34 +60,45 @@ fn devices() -> &'static DeviceTable {
     })
 }
 
-unsafe fn device_obj<'a>(d: *mut ibv_device) -> R<&'a DeviceObj> {
+/// The device whose `ibv_device` is at `d` (an address compared, never
+/// read).
+fn device_obj(d: *mut ibv_device) -> R<&'static DeviceObj> {
     devices().devices.iter().find(|o| std::ptr::eq(&o.ibv, d)).ok_or(EINVAL)
 }
 
-/// The devices opened in this process, by name, with how many contexts
-/// use each: contexts of one device share its socket and engine.
-static OPEN: Mutex<Vec<(String, roce::Device, usize)>> = Mutex::new(Vec::new());
+/// A device opened in this process, with how many contexts use it:
+/// contexts of one device share its socket, engine and async events.
+struct Open {
+    name: String,
+    dev: roce::Device,
+    events: Arc<DeviceEvents>,
+    contexts: usize,
+}
 
-fn open_dev(entry: &DeviceEntry) -> R<roce::Device> {
+static OPEN: Mutex<Vec<Open>> = Mutex::new(Vec::new());
+
+fn open_dev(entry: &DeviceEntry) -> R<(roce::Device, Arc<DeviceEvents>)> {
     let mut open = lock(&OPEN);
-    if let Some(o) = open.iter_mut().find(|o| o.0 == entry.name) {
-        o.2 += 1;
-        return Ok(o.1.clone());
+    if let Some(o) = open.iter_mut().find(|o| o.name == entry.name) {
+        o.contexts += 1;
+        return Ok((o.dev.clone(), o.events.clone()));
     }
     let dev = roce::Device::open(roce::DeviceConfig::new(entry.addr)).map_err(|e| {
         eprintln!("libibverbs (roce): {} at {}: {e}", entry.name, entry.addr);
         err(e)
     })?;
-    open.push((entry.name.clone(), dev.clone(), 1));
-    Ok(dev)
+    let events = DeviceEvents::new(dev.clone());
+    open.push(Open { name: entry.name.clone(), dev: dev.clone(), events: events.clone(), contexts: 1 });
+    Ok((dev, events))
 }
 
 fn close_dev(name: &str) {
     let mut open = lock(&OPEN);
-    if let Some(i) = open.iter().position(|o| o.0 == name) {
-        open[i].2 -= 1;
-        if open[i].2 == 0 {
-            let (name, dev, _) = open.remove(i);
+    if let Some(i) = open.iter().position(|o| o.name == name) {
+        open[i].contexts -= 1;
+        if open[i].contexts == 0 {
+            let Open { name, dev, events, .. } = open.remove(i);
+            events.close();
             if std::env::var_os("ROCE_COUNTERS").is_some() {
                 // `ROCE_COUNTERS=1`: the device's counters on stderr when it
                 // closes (what `roce perf --counters` shows).
@@ -135,12 +147,12 @@ pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_name(d: *mut ibv_device) -> *const c_char {
-    ret_ptr(|| Ok(unsafe { device_obj(d) }?.ibv.name.as_ptr() as *mut c_char))
+    ret_ptr(|| Ok(device_obj(d)?.ibv.name.as_ptr() as *mut c_char))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_index(d: *mut ibv_device) -> c_int {
-    catch_unwind(|| unsafe { device_obj(d) }.map_or(-1, |o| o.index as c_int)).unwrap_or(-1)
+    catch_unwind(|| device_obj(d).map_or(-1, |o| o.index as c_int)).unwrap_or(-1)
 }
 
 fn guid_of(addr: std::net::IpAddr) -> u64 {
@@ -152,7 +164,7 @@ fn guid_of(addr: std::net::IpAddr) -> u64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_get_device_guid(d: *mut ibv_device) -> u64 {
-    catch_unwind(|| unsafe { device_obj(d) }.map_or(0, |o| guid_of(o.entry.addr.ip()))).unwrap_or(0)
+    catch_unwind(|| device_obj(d).map_or(0, |o| guid_of(o.entry.addr.ip()))).unwrap_or(0)
 }
 
 fn context_ops() -> ibv_context_ops {
@@ -250,47 +262,45 @@ fn verbs_context_for(device: *mut ibv_device, async_fd: c_int) -> verbs_context 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_open_device(d: *mut ibv_device) -> *mut ibv_context {
     ret_ptr(|| {
-        let dobj = unsafe { device_obj(d) }?;
-        let dev = open_dev(&dobj.entry)?;
-        let events = match crate::objects::EventQueue::new() {
-            Ok(queue) => Arc::new(AsyncEvents {
-                dev: Mutex::new(Some(dev.clone())),
-                queue,
-                qps: Mutex::default(),
-                cqs: Mutex::default(),
-                srqs: Mutex::default(),
-            }),
+        let dobj = device_obj(d)?;
+        let (dev, device_events) = open_dev(&dobj.entry)?;
+        let events = match AsyncEvents::new() {
+            Ok(e) => Arc::new(e),
             Err(e) => {
                 close_dev(&dobj.entry.name);
                 return Err(e.raw_os_error().unwrap_or(EIO));
             }
         };
-        events.drain();
         let fd = events.queue.fd.as_raw_fd();
-        let obj = boxed(ContextObj { vctx: verbs_context_for(d, fd), dev, device: dobj, events });
-        // SAFETY: just boxed.
-        Ok(unsafe { &mut (*obj).vctx.context })
+        device_events.attach(events.clone());
+        device_events.drain();
+        let vctx = CPart::new(verbs_context_for(d, fd));
+        // The program's pointer is the `context` inside the `verbs_context`,
+        // with the whole wrapper's provenance (`Handle::to_c`).
+        Ok(boxed(ContextObj { vctx, dev, device: dobj, events, device_events }))
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_close_device(ctx: *mut ibv_context) -> c_int {
     ret_errno(|| {
-        let c = unsafe { ctx_obj(ctx) }?;
-        // SAFETY: device pointers live for the process.
-        let name = unsafe { &*c.device }.entry.name.clone();
-        lock(&c.events.dev).take();
-        // SAFETY: the context is the program's to close, once.
-        unsafe { free::<ContextObj, _>(c as *const ContextObj as *mut ContextObj) };
-        close_dev(&name);
+        // SAFETY: the program's context, closed once (point 1).
+        let h = unsafe { handle::<ContextObj>(ctx) }?;
+        // SAFETY: alive until freed below.
+        let c = unsafe { h.get() };
+        let name = &c.device.entry.name;
+        c.device_events.detach(&c.events);
+        // SAFETY: the context is the program's to close, once; `c` is not
+        // used afterwards.
+        unsafe { h.free() };
+        close_dev(name);
         Ok(())
     })
 }
 
 fn fill_device_attr(c: &ContextObj, a: &mut ibv_device_attr) {
     use limits::*;
-    // SAFETY: device pointers live for the process.
-    let dev = unsafe { &*c.device };
+    let dev = c.device;
     let guid = guid_of(dev.entry.addr.ip());
     *a = ibv_device_attr {
         fw_ver: c_name(concat!("roce ", env!("CARGO_PKG_VERSION"))),

@@ -5,12 +5,13 @@ use std::ffi::{c_int, c_uint, c_void};
 use std::os::fd::AsRawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 
 use libc::{EBUSY, EINVAL, EIO, EOPNOTSUPP};
 
-use super::{boxed, ctx_obj, err, free, obj, ret_errno, ret_minus1, ret_ptr};
+use super::{boxed, ctx_obj, err, handle, obj, ret_errno, ret_minus1, ret_ptr};
 use crate::abi::*;
+use crate::handle::{CPart, Handle};
 use crate::objects::*;
 
 #[no_mangle]
@@ -20,12 +21,8 @@ pub unsafe extern "C" fn ibv_create_comp_channel(ctx: *mut ibv_context) -> *mut 
         let events = crate::objects::EventQueue::new().map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
         let fd = events.fd.as_raw_fd();
         let ch = Arc::new(Channel { events });
-        Ok(boxed(ChannelObj {
-            ibv: ibv_comp_channel { context: ctx, fd, refcnt: 0 },
-            ch,
-            users: AtomicUsize::new(0),
-        })
-        .cast())
+        let ibv = CPart::new(ibv_comp_channel { context: ctx, fd, refcnt: 0 });
+        Ok(boxed(ChannelObj { ibv, ch, users: AtomicUsize::new(0) }))
     })
 }
 
@@ -36,7 +33,8 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(ch: *mut ibv_comp_channel) -> 
         if c.users.load(Ordering::Acquire) > 0 {
             return Err(EBUSY);
         }
-        unsafe { free::<ChannelObj, _>(ch) };
+        // SAFETY: the program's channel, unused, destroyed once (point 1).
+        unsafe { handle::<ChannelObj>(ch)?.free() };
         Ok(())
     })
 }
@@ -54,68 +52,63 @@ pub unsafe extern "C" fn ibv_create_cq(
         if cqe < 1 {
             return Err(EINVAL);
         }
-        let ch: Option<&ChannelObj> = if channel.is_null() { None } else { Some(unsafe { obj(channel) }?) };
+        let ch: Option<Handle<ChannelObj>> =
+            if channel.is_null() { None } else { Some(unsafe { handle(channel) }?) };
+        // SAFETY: the program's live channel (point 1).
+        let ch_obj = ch.map(|h| unsafe { h.get() });
         let cq = c.dev.create_cq(cqe as usize).map_err(err)?;
         let id = cq.id().0;
-        let notify = Arc::new(CqNotify {
-            armed_cq: Mutex::new(Some(cq.clone())),
-            channel: ch.map(|c| c.ch.clone()),
-            ibv: AtomicUsize::new(0),
-            arm: Mutex::default(),
-            acked_cond: Condvar::new(),
+        let notify = CqNotify::new(Some(cq.clone()), ch_obj.map(|c| c.ch.clone()));
+        let ibv = CPart::new(ibv_cq {
+            context: ctx,
+            channel,
+            cq_context,
+            handle: 0,
+            cqe,
+            mutex: libc::PTHREAD_MUTEX_INITIALIZER,
+            cond: libc::PTHREAD_COND_INITIALIZER,
+            comp_events_completed: 0,
+            async_events_completed: 0,
         });
-        let o = boxed(CqObj {
-            ibv: ibv_cq {
-                context: ctx,
-                channel,
-                cq_context,
-                handle: 0,
-                cqe,
-                mutex: libc::PTHREAD_MUTEX_INITIALIZER,
-                cond: libc::PTHREAD_COND_INITIALIZER,
-                comp_events_completed: 0,
-                async_events_completed: 0,
-            },
+        let h = Handle::new(CqObj {
+            ibv,
             cq,
-            notify,
-            channel: ch.map_or(std::ptr::null(), |c| c as *const ChannelObj),
+            notify: notify.clone(),
+            channel: ch,
             users: AtomicUsize::new(0),
             senders: Mutex::default(),
         });
-        // SAFETY: just boxed.
-        let r = unsafe { &*o };
-        r.notify.ibv.store(o as usize, Ordering::Release);
-        if let Some(ch) = ch {
+        notify.cq.set(h).expect("a new CQ's notification state");
+        if let Some(ch) = ch_obj {
             ch.users.fetch_add(1, Ordering::AcqRel);
         }
-        lock(&c.events.cqs).insert(id, o as usize);
-        Ok(o.cast())
+        lock(&c.events.cqs).insert(id, h);
+        Ok(h.to_c())
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
     ret_errno(|| {
-        let q: &CqObj = unsafe { obj(cq) }?;
+        // SAFETY: the program's CQ (point 1).
+        let h = unsafe { handle::<CqObj>(cq) }?;
+        // SAFETY: alive until freed below.
+        let q = unsafe { h.get() };
         if q.users.load(Ordering::Acquire) > 0 {
             return Err(EBUSY);
         }
-        {
-            // As rdma-core: wait until every event handed out is acknowledged.
-            let mut arm = lock(&q.notify.arm);
-            arm.dead = true;
-            while arm.acked < arm.delivered {
-                arm = q.notify.acked_cond.wait(arm).unwrap_or_else(|p| p.into_inner());
-            }
-        }
-        lock(&q.notify.armed_cq).take();
-        let c = unsafe { ctx_obj(q.ibv.context) }?;
+        // Its undelivered events leave the channel with it; those handed
+        // out must be acknowledged first (rdma-core's contract).
+        q.notify.retire();
+        let c = unsafe { ctx_obj(c_field!(q, context)) }?;
         lock(&c.events.cqs).remove(&q.cq.id().0);
-        if !q.channel.is_null() {
+        if let Some(ch) = q.channel {
             // SAFETY: a channel outlives its CQs (destroy fails while used).
-            unsafe { &*q.channel }.users.fetch_sub(1, Ordering::AcqRel);
+            unsafe { ch.get() }.users.fetch_sub(1, Ordering::AcqRel);
         }
-        unsafe { free::<CqObj, _>(cq) };
+        // SAFETY: destroyed once; nothing refers to it any more (its
+        // context's record is gone, its notification state is dead).
+        unsafe { h.free() };
         Ok(())
     })
 }
@@ -163,7 +156,7 @@ const DRIVE_BUSY: usize = 2;
 /// `ops.poll_cq`: completions, or a negative number on error.
 pub(super) unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num: c_int, wc: *mut ibv_wc) -> c_int {
     catch_unwind(AssertUnwindSafe(|| {
-        let Ok(q) = (unsafe { obj::<CqObj, _>(cq) }) else { return -EINVAL };
+        let Ok(q) = (unsafe { obj::<CqObj>(cq) }) else { return -EINVAL };
         if num <= 0 {
             return 0;
         }
@@ -234,16 +227,24 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return Err(EINVAL);
         }
-        crate::sys::read_event(c.ibv.fd).map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
-        let p = c.ch.events.pop().ok_or(EIO)? as *mut CqObj;
-        // SAFETY: a CQ with events not yet acknowledged is not destroyed
-        // (ibv_destroy_cq waits), and events of dead CQs are never queued.
-        let q = unsafe { &*p };
-        lock(&q.notify.arm).delivered += 1;
+        let fd = c_field!(c, fd);
+        // Each read of the fd stands for one queued event; one whose CQ
+        // was destroyed since is gone (or dead): read again, which blocks,
+        // or fails with EAGAIN on a non-blocking fd, as the kernel's
+        // channel does once a destroyed CQ's events are dropped.
+        let h = loop {
+            crate::sys::read_event(fd).map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
+            if let Some(h) = c.ch.events.pop().and_then(|n| n.deliver()) {
+                break h;
+            }
+        };
+        // SAFETY: delivered and not yet acknowledged, so not destroyed
+        // (`CqNotify::deliver`).
+        let q = unsafe { h.get() };
         // SAFETY: the caller's out-parameters.
         unsafe {
-            *cq = p.cast();
-            *cq_context = q.ibv.cq_context;
+            *cq = h.to_c();
+            *cq_context = c_field!(q, cq_context);
         }
         Ok(())
     })
@@ -252,10 +253,8 @@ pub unsafe extern "C" fn ibv_get_cq_event(
 #[no_mangle]
 pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: c_uint) {
     let _ = catch_unwind(AssertUnwindSafe(|| {
-        if let Ok(q) = unsafe { obj::<CqObj, _>(cq) } {
-            let mut arm = lock(&q.notify.arm);
-            arm.acked += u64::from(nevents);
-            q.notify.acked_cond.notify_all();
+        if let Ok(q) = unsafe { obj::<CqObj>(cq) } {
+            q.notify.ack(nevents);
         }
     }));
 }

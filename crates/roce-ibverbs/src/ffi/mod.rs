@@ -21,12 +21,17 @@
 //!
 //! 1. Object pointers. Every object the library hands out (`ibv_context`,
 //!    `ibv_pd`, `ibv_mr`, `ibv_cq`, `ibv_comp_channel`, `ibv_qp`,
-//!    `ibv_srq`, `ibv_ah`) is the first field of a `Box`ed `#[repr(C)]`
-//!    wrapper (`objects`), leaked when created and freed only by the
-//!    matching destroy call, so a pointer the program passes back is the
-//!    wrapper's address and is valid until it destroys the object, which
-//!    it must not use afterwards nor destroy twice. NULL is refused with
-//!    `EINVAL`. Devices live for the whole process.
+//!    `ibv_srq`, `ibv_ah`) lies in a `Box`ed `#[repr(C)]` wrapper
+//!    (`objects`), made by `Handle::new` and freed only by the matching
+//!    destroy call, so a pointer the program passes back leads to its
+//!    wrapper (`handle`, which keeps the provenance and aliasing rules)
+//!    and is valid until it destroys the object, which it must not use
+//!    afterwards nor destroy twice. NULL is refused with `EINVAL`. The
+//!    structure the program sees is read and written only through raw
+//!    pointers (`CPart::get`): the program may write it. The library's
+//!    records (a CQ's queued events, a context's objects by number) hold
+//!    `Handle`s or reference-counted state, and drop a handle before its
+//!    object is freed. Devices live for the whole process.
 //! 2. Argument structures (`ibv_qp_attr`, `ibv_send_wr` lists, SGE arrays,
 //!    `ibv_wc` arrays, out-parameters): valid for reads (or writes) of the
 //!    declared type, and arrays of the declared length, for the call.
@@ -49,6 +54,7 @@ use std::sync::atomic::Ordering;
 use libc::{EBUSY, EINVAL, EIO, ENOMEM};
 
 use crate::abi::*;
+use crate::handle::{CObject, Handle};
 use crate::objects::*;
 use crate::sys::set_errno;
 
@@ -115,48 +121,47 @@ fn err(e: roce::Error) -> c_int {
     errno_of(&e)
 }
 
-/// Reads a reference to an object the library made (see the module's
-/// safety argument, point 1).
-unsafe fn obj<'a, W, C>(p: *mut C) -> R<&'a W> {
-    if p.is_null() {
-        return Err(EINVAL);
-    }
-    // SAFETY: `p` is the first field of a live `W` (module docs, point 1).
-    Ok(unsafe { &*(p as *const W) })
+/// The wrapper behind a program's pointer (point 1).
+///
+/// # Safety
+/// `p` is NULL or the program's pointer to a live `W` (point 1).
+unsafe fn obj<'a, W: CObject>(p: *mut W::C) -> R<&'a W> {
+    // SAFETY: the caller's promise.
+    Ok(unsafe { handle::<W>(p)?.get() })
 }
 
-/// The wrapper of an `ibv_context`: the `verbs_context` around it is the
-/// first field of `ContextObj`.
+/// The handle behind a program's pointer.
+///
+/// # Safety
+/// `p` is NULL or the program's pointer to a `W` (point 1).
+unsafe fn handle<W: CObject>(p: *mut W::C) -> R<Handle<W>> {
+    // SAFETY: the caller's promise.
+    unsafe { Handle::from_c(p) }.ok_or(EINVAL)
+}
+
+/// The wrapper of an `ibv_context`.
+///
+/// # Safety
+/// As [`obj`]'s.
 unsafe fn ctx_obj<'a>(ctx: *mut ibv_context) -> R<&'a ContextObj> {
-    if ctx.is_null() {
-        return Err(EINVAL);
-    }
-    let off = std::mem::offset_of!(verbs_context, context);
-    // SAFETY: contexts are made only by `ibv_open_device`, as the
-    // `context` field of a boxed `ContextObj` whose first field is the
-    // `verbs_context` (module docs, point 1).
-    Ok(unsafe { &*((ctx as *mut u8).sub(off) as *const ContextObj) })
+    // SAFETY: the caller's promise.
+    unsafe { obj(ctx) }
 }
 
-fn boxed<W>(w: W) -> *mut W {
-    Box::into_raw(Box::new(w))
-}
-
-/// Frees a wrapper made by `boxed`.
-unsafe fn free<W, C>(p: *mut C) {
-    // SAFETY: the caller's pointer came from `boxed::<W>` and is dropped once.
-    drop(unsafe { Box::from_raw(p as *mut W) });
+/// A new object: the pointer the program will hold.
+fn boxed<W: CObject>(w: W) -> *mut W::C {
+    Handle::new(w).to_c()
 }
 
 /// A wrapper of an object made in a PD, which counts it among its users.
-trait InPd {
-    fn pd(&self) -> *const PdObj;
+trait InPd: CObject {
+    fn pd(&self) -> Handle<PdObj>;
 }
 
 macro_rules! in_pd {
     ($($t:ty),*) => {$(
         impl InPd for $t {
-            fn pd(&self) -> *const PdObj {
+            fn pd(&self) -> Handle<PdObj> {
                 self.pd
             }
         }
@@ -164,16 +169,36 @@ macro_rules! in_pd {
 }
 in_pd!(MrObj, AhObj, SrqObj, QpObj);
 
-/// Frees `p`, a `W` made by `boxed` in a PD, and takes it off the PD's
-/// users. The caller frees it once, after whatever else of it it needs.
-unsafe fn free_in_pd<W: InPd, C>(p: *mut C) -> R<()> {
-    let w: &W = unsafe { obj(p) }?;
+/// Frees `p`, a `W` made in a PD, and takes it off the PD's users.
+///
+/// # Safety
+/// `p` is NULL or the program's pointer to a live `W`, which nothing uses
+/// afterwards (the program's destroy call).
+unsafe fn free_in_pd<W: InPd>(p: *mut W::C) -> R<()> {
+    // SAFETY: the caller's promise.
+    let h = unsafe { handle::<W>(p) }?;
+    // SAFETY: alive until freed below.
+    let pd = unsafe { h.get() }.pd();
+    // SAFETY: freed once; nothing of it is used afterwards.
+    unsafe { h.free() };
     // SAFETY: a PD outlives what was made in it (its dealloc fails while
     // it has users).
-    let pd = unsafe { &*w.pd() };
-    unsafe { free::<W, C>(p) };
-    pd.users.fetch_sub(1, Ordering::AcqRel);
+    unsafe { pd.get() }.users.fetch_sub(1, Ordering::AcqRel);
     Ok(())
+}
+
+/// Field `$f` of wrapper `$w`'s C part, read through its raw pointer:
+/// the library set it when the object was made, and the program does not
+/// write it during a call (point 1).
+macro_rules! c_field {
+    ($w:expr, $f:ident) => {{
+        let p = $w.ibv.get();
+        // (Also used inside `unsafe` blocks.)
+        #[allow(unused_unsafe)]
+        // SAFETY: a live wrapper's C part; a plain read of one field.
+        let v = unsafe { (*p).$f };
+        v
+    }};
 }
 
 fn c_name<const N: usize>(s: &str) -> [c_char; N] {

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use libc::{EBUSY, EINVAL};
 use roce::{Access, MemBuf};
 
-use super::{boxed, ctx_obj, err, free, free_in_pd, obj, ret_errno, ret_ptr, R};
+use super::{boxed, ctx_obj, err, free_in_pd, handle, obj, ret_errno, ret_ptr, R};
 use crate::abi::*;
+use crate::handle::CPart;
 use crate::objects::*;
 
 #[no_mangle]
@@ -16,8 +17,8 @@ pub unsafe extern "C" fn ibv_alloc_pd(ctx: *mut ibv_context) -> *mut ibv_pd {
     ret_ptr(|| {
         let c = unsafe { ctx_obj(ctx) }?;
         let pd = c.dev.alloc_pd().map_err(err)?;
-        let o = boxed(PdObj { ibv: ibv_pd { context: ctx, handle: 0 }, pd, users: AtomicUsize::new(0) });
-        Ok(o.cast())
+        let ibv = CPart::new(ibv_pd { context: ctx, handle: 0 });
+        Ok(boxed(PdObj { ibv, pd, users: AtomicUsize::new(0) }))
     })
 }
 
@@ -28,12 +29,19 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         if p.users.load(Ordering::Acquire) > 0 {
             return Err(EBUSY);
         }
-        unsafe { free::<PdObj, _>(pd) };
+        // SAFETY: the program's PD, unused, deallocated once (point 1).
+        unsafe { handle::<PdObj>(pd)?.free() };
         Ok(())
     })
 }
 
-fn reg_mr(
+/// `ibv_reg_mr` and its variants.
+///
+/// # Safety
+/// `pd` is NULL or the program's live PD (point 1); `[addr, addr +
+/// length)` is the program's memory, kept allocated until the MR is
+/// deregistered (point 3).
+unsafe fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
     length: usize,
@@ -45,8 +53,10 @@ fn reg_mr(
     if length == 0 || length > isize::MAX as usize {
         return Err(EINVAL);
     }
-    let c = unsafe { ctx_obj(p.ibv.context) }?;
-    let region = crate::regions::register(addr as usize, length, c.device as usize).ok_or(EBUSY)?;
+    let context = c_field!(p, context);
+    let c = unsafe { ctx_obj(context) }?;
+    let device = c.device as *const DeviceObj as usize;
+    let region = crate::regions::register(addr as usize, length, device).ok_or(EBUSY)?;
     // SAFETY: the registered memory's contract (module docs, point 3):
     // the program keeps `[addr, addr + length)` allocated until it
     // deregisters (which drops this `MemBuf`'s region), the library makes
@@ -55,9 +65,8 @@ fn reg_mr(
     let access = Access(access & !IBV_ACCESS_OPTIONAL_RANGE);
     let mr = p.pd.reg_mr_range(buf, 0, length, iova, access).map_err(err)?;
     p.users.fetch_add(1, Ordering::AcqRel);
-    let ibv =
-        ibv_mr { context: p.ibv.context, pd, addr, length, handle: 0, lkey: mr.lkey(), rkey: mr.rkey() };
-    Ok(boxed(MrObj { ibv, mr, pd: p, region }).cast())
+    let ibv = CPart::new(ibv_mr { context, pd, addr, length, handle: 0, lkey: mr.lkey(), rkey: mr.rkey() });
+    Ok(boxed(MrObj { ibv, mr, pd: unsafe { handle(pd) }?, region }))
 }
 
 #[no_mangle]
@@ -67,7 +76,7 @@ pub unsafe extern "C" fn ibv_reg_mr(
     length: usize,
     access: c_int,
 ) -> *mut ibv_mr {
-    ret_ptr(|| reg_mr(pd, addr, length, None, access as c_uint))
+    ret_ptr(|| unsafe { reg_mr(pd, addr, length, None, access as c_uint) })
 }
 
 #[no_mangle]
@@ -78,7 +87,7 @@ pub unsafe extern "C" fn ibv_reg_mr_iova(
     iova: u64,
     access: c_int,
 ) -> *mut ibv_mr {
-    ret_ptr(|| reg_mr(pd, addr, length, Some(iova), access as c_uint))
+    ret_ptr(|| unsafe { reg_mr(pd, addr, length, Some(iova), access as c_uint) })
 }
 
 #[no_mangle]
@@ -89,10 +98,10 @@ pub unsafe extern "C" fn ibv_reg_mr_iova2(
     iova: u64,
     access: c_uint,
 ) -> *mut ibv_mr {
-    ret_ptr(|| reg_mr(pd, addr, length, Some(iova), access))
+    ret_ptr(|| unsafe { reg_mr(pd, addr, length, Some(iova), access) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    ret_errno(|| unsafe { free_in_pd::<MrObj, _>(mr) })
+    ret_errno(|| unsafe { free_in_pd::<MrObj>(mr) })
 }

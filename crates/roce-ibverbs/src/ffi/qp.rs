@@ -9,8 +9,9 @@ use roce::{Access, AttrMask, PathMtu, QpAttr, QpState, QpType};
 use roce_proto::limits;
 
 use super::ah::{ah_attr_of, av_of};
-use super::{boxed, ctx_obj, err, free_in_pd, obj, ret_errno, ret_ptr, R};
+use super::{ctx_obj, err, free_in_pd, handle, obj, ret_errno, ret_ptr, R};
 use crate::abi::*;
+use crate::handle::{CPart, Handle};
 use crate::objects::*;
 use crate::sys::set_errno;
 
@@ -29,9 +30,10 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         let p: &PdObj = unsafe { obj(pd) }?;
         let a = unsafe { attr.as_mut() }.ok_or(EINVAL)?;
         let ty = qp_type_of(a.qp_type)?;
-        let scq: &CqObj = unsafe { obj(a.send_cq) }?;
-        let rcq: &CqObj = unsafe { obj(a.recv_cq) }?;
-        let srq: Option<&SrqObj> = if a.srq.is_null() { None } else { Some(unsafe { obj(a.srq) }?) };
+        let (scq_h, rcq_h) = unsafe { (handle::<CqObj>(a.send_cq)?, handle::<CqObj>(a.recv_cq)?) };
+        let srq_h = if a.srq.is_null() { None } else { Some(unsafe { handle::<SrqObj>(a.srq) }?) };
+        // SAFETY: the program's live objects (point 1).
+        let (scq, rcq, srq) = unsafe { (scq_h.get(), rcq_h.get(), srq_h.map(|h| h.get())) };
         let mut cap = a.cap;
         cap.max_send_wr = cap.max_send_wr.max(1);
         cap.max_send_sge = cap.max_send_sge.max(1);
@@ -54,9 +56,10 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         let qp = p.pd.create_qp(b).map_err(err)?;
         a.cap = cap;
         let qpn = qp.qpn();
-        let o = boxed(QpObj {
-            ibv: ibv_qp {
-                context: p.ibv.context,
+        let context = c_field!(p, context);
+        let h = Handle::new(QpObj {
+            ibv: CPart::new(ibv_qp {
+                context,
                 qp_context: a.qp_context,
                 pd,
                 send_cq: a.send_cq,
@@ -69,14 +72,14 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 events_completed: 0,
-            },
+            }),
             qp,
             cap,
             sq_sig_all: a.sq_sig_all != 0,
-            pd: p,
-            send_cq: scq,
-            recv_cq: rcq,
-            srq: srq.map_or(std::ptr::null(), |s| s as *const SrqObj),
+            pd: unsafe { handle(pd) }?,
+            send_cq: scq_h,
+            recv_cq: rcq_h,
+            srq: srq_h,
         });
         p.users.fetch_add(1, Ordering::AcqRel);
         scq.users.fetch_add(1, Ordering::AcqRel);
@@ -85,9 +88,9 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
         if let Some(s) = srq {
             s.users.fetch_add(1, Ordering::AcqRel);
         }
-        let c = unsafe { ctx_obj(p.ibv.context) }?;
-        lock(&c.events.qps).insert(qpn, o as usize);
-        Ok(o.cast())
+        let c = unsafe { ctx_obj(context) }?;
+        lock(&c.events.qps).insert(qpn, h);
+        Ok(h.to_c())
     })
 }
 
@@ -95,12 +98,14 @@ pub unsafe extern "C" fn ibv_create_qp(pd: *mut ibv_pd, attr: *mut ibv_qp_init_a
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     ret_errno(|| {
         let q: &QpObj = unsafe { obj(qp) }?;
-        let c = unsafe { ctx_obj(q.ibv.context) }?;
+        let c = unsafe { ctx_obj(c_field!(q, context)) }?;
         lock(&c.events.qps).remove(&q.qp.qpn());
-        // SAFETY: what a QP uses outlives it (their destroys fail while used).
-        let (scq, rcq, srq) = unsafe { (&*q.send_cq, &*q.recv_cq, q.srq.as_ref()) };
+        let (scq, rcq, srq) = (q.send_cq, q.recv_cq, q.srq);
         let qpn = q.qp.qpn();
-        unsafe { free_in_pd::<QpObj, _>(qp) }?;
+        // SAFETY: the program's QP, destroyed once; `q` is not used again.
+        unsafe { free_in_pd::<QpObj>(qp) }?;
+        // SAFETY: what a QP uses outlives it (their destroys fail while used).
+        let (scq, rcq, srq) = unsafe { (scq.get(), rcq.get(), srq.map(|s| s.get())) };
         lock(&scq.senders).retain(|&n| n != qpn);
         scq.users.fetch_sub(1, Ordering::AcqRel);
         rcq.users.fetch_sub(1, Ordering::AcqRel);
@@ -152,7 +157,7 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
             x.path_mtu = mtu(a.path_mtu)?;
         }
         if m.contains(AttrMask::AV) {
-            let port = unsafe { ctx_obj(q.ibv.context) }?.dev.local_addr().port();
+            let port = unsafe { ctx_obj(c_field!(q, context)) }?.dev.local_addr().port();
             x.av = av_of(&a.ah_attr, port)?;
         }
         x.qkey = a.qkey;
@@ -172,8 +177,9 @@ pub unsafe extern "C" fn ibv_modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, 
         let m = m.minus(AttrMask::CAP);
         q.qp.modify(&x, m).map_err(err)?;
         if m.contains(AttrMask::STATE) {
-            // SAFETY: the QP's own structure; programs read `state`.
-            unsafe { (*qp).state = a.qp_state };
+            // SAFETY: the QP's C part, written through its raw pointer
+            // (programs read `state`); no reference to it is held.
+            unsafe { (*q.ibv.get()).state = a.qp_state };
         }
         Ok(())
     })
@@ -219,12 +225,12 @@ pub unsafe extern "C" fn ibv_query_qp(
             a.rate_limit = 0;
         }
         if let Some(i) = unsafe { init.as_mut() } {
-            i.qp_context = q.ibv.qp_context;
-            i.send_cq = q.ibv.send_cq;
-            i.recv_cq = q.ibv.recv_cq;
-            i.srq = q.ibv.srq;
+            i.qp_context = c_field!(q, qp_context);
+            i.send_cq = c_field!(q, send_cq);
+            i.recv_cq = c_field!(q, recv_cq);
+            i.srq = c_field!(q, srq);
             i.cap = q.cap;
-            i.qp_type = q.ibv.qp_type;
+            i.qp_type = c_field!(q, qp_type);
             i.sq_sig_all = q.sq_sig_all as c_int;
         }
         Ok(())

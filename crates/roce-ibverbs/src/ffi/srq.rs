@@ -7,8 +7,9 @@ use std::sync::Mutex;
 use libc::{EBUSY, EINVAL, EOPNOTSUPP};
 
 use super::wr::post_recv_chain;
-use super::{boxed, ctx_obj, err, free_in_pd, obj, ret_errno, ret_ptr};
+use super::{ctx_obj, err, free_in_pd, handle, obj, ret_errno, ret_ptr};
 use crate::abi::*;
+use crate::handle::{CPart, Handle};
 use crate::objects::*;
 
 #[no_mangle]
@@ -21,27 +22,28 @@ pub unsafe extern "C" fn ibv_create_srq(pd: *mut ibv_pd, attr: *mut ibv_srq_init
             srq.arm_limit(a.attr.srq_limit).map_err(err)?;
         }
         let id = srq.id().0;
-        let o = boxed(SrqObj {
-            ibv: ibv_srq {
-                context: p.ibv.context,
+        let context = c_field!(p, context);
+        let h = Handle::new(SrqObj {
+            ibv: CPart::new(ibv_srq {
+                context,
                 srq_context: a.srq_context,
                 pd,
                 handle: 0,
                 mutex: libc::PTHREAD_MUTEX_INITIALIZER,
                 cond: libc::PTHREAD_COND_INITIALIZER,
                 events_completed: 0,
-            },
+            }),
             srq,
-            pd: p,
+            pd: unsafe { handle(pd) }?,
             max_wr: a.attr.max_wr,
             max_sge: a.attr.max_sge,
             limit: Mutex::new(a.attr.srq_limit),
             users: AtomicUsize::new(0),
         });
         p.users.fetch_add(1, Ordering::AcqRel);
-        let c = unsafe { ctx_obj(p.ibv.context) }?;
-        lock(&c.events.srqs).insert(id, o as usize);
-        Ok(o.cast())
+        let c = unsafe { ctx_obj(context) }?;
+        lock(&c.events.srqs).insert(id, h);
+        Ok(h.to_c())
     })
 }
 
@@ -81,9 +83,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         if s.users.load(Ordering::Acquire) > 0 {
             return Err(EBUSY);
         }
-        let c = unsafe { ctx_obj(s.ibv.context) }?;
+        let c = unsafe { ctx_obj(c_field!(s, context)) }?;
         lock(&c.events.srqs).remove(&s.srq.id().0);
-        unsafe { free_in_pd::<SrqObj, _>(srq) }
+        // SAFETY: the program's SRQ, unused, destroyed once.
+        unsafe { free_in_pd::<SrqObj>(srq) }
     })
 }
 

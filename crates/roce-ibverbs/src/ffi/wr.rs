@@ -39,8 +39,14 @@ unsafe fn recv_wr(wr: &ibv_recv_wr) -> R<RecvWr> {
     Ok(RecvWr { wr_id: wr.wr_id, sg_list: unsafe { sges(wr.sg_list, wr.num_sge) }? })
 }
 
+/// A WR's SGEs, read from C. More than the device's `max_sge` is refused
+/// before anything is allocated or read (the engine then checks the QP's
+/// own limit), as rdma-core's providers refuse a `num_sge` beyond it.
+///
+/// # Safety
+/// `list` holds `n` readable `ibv_sge`s when `0 < n <= MAX_SGE`.
 unsafe fn sges(list: *const ibv_sge, n: c_int) -> R<Vec<Sge>> {
-    if n < 0 || (n > 0 && list.is_null()) {
+    if n < 0 || n as u32 > limits::MAX_SGE || (n > 0 && list.is_null()) {
         return Err(EINVAL);
     }
     let mut v = Vec::with_capacity(n as usize);
@@ -156,10 +162,11 @@ pub(super) unsafe extern "C" fn post_send(
             let s = match unsafe { send_wr(w, is_ud) } {
                 Ok(s) => s,
                 Err(e) => {
-                    // Post what came before, as a provider would have.
-                    if let Err((i, _)) = q.qp.post_send_each(wrs) {
+                    // Post what came before, as a provider would have; if
+                    // one of those is refused, it is the failure to report.
+                    if let Err((i, e)) = q.qp.post_send_each(wrs) {
                         set_bad(ptrs[i]);
-                        return Err(EINVAL);
+                        return Err(err(e));
                     }
                     set_bad(p);
                     return Err(e);
