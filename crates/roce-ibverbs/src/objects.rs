@@ -409,4 +409,26 @@ mod tests {
         assert!(t.join().unwrap(), "retire returned before the event was acknowledged");
         assert!(n.deliver().is_none());
     }
+
+    /// Two contexts of one device: each event reaches the context whose
+    /// object it names, whichever context's turn it is; an event of no
+    /// context's object is dropped.
+    #[test]
+    fn async_events_go_to_the_owning_context() {
+        let events = DeviceEvents { dev: Mutex::new(None), contexts: Mutex::default() };
+        let (a, b) = (Arc::new(AsyncEvents::new().unwrap()), Arc::new(AsyncEvents::new().unwrap()));
+        events.attach(a.clone());
+        events.attach(b.clone());
+        lock(&b.qps).insert(5, Handle::dangling());
+        lock(&a.qps).insert(6, Handle::dangling());
+        events.route(roce::AsyncEvent::QpAccessErr(5));
+        events.route(roce::AsyncEvent::QpFatal(6));
+        events.route(roce::AsyncEvent::QpFatal(7));
+        assert!(matches!(b.queue.pop(), Some(roce::AsyncEvent::QpAccessErr(5))));
+        assert!(matches!(a.queue.pop(), Some(roce::AsyncEvent::QpFatal(6))));
+        assert!(a.queue.pop().is_none() && b.queue.pop().is_none());
+        events.detach(&b);
+        events.route(roce::AsyncEvent::QpAccessErr(5));
+        assert!(b.queue.pop().is_none(), "a closed context gets nothing");
+    }
 }

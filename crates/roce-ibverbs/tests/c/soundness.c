@@ -129,7 +129,7 @@ static void cq_teardown(void)
     CHECK(ibv_req_notify_cq(p.cq, 0) == 0, "arm");
     send_b_to_a(&p);
     struct pollfd pfd = { .fd = p.ch->fd, .events = POLLIN };
-    CHECK(poll(&pfd, 1, 10000) == 1, "an event is queued on the channel");
+    CHECK(poll(&pfd, 1, 30000) == 1, "an event is queued on the channel");
     /* The event is queued, never taken: the CQ may go, and its event with it. */
     CHECK(ibv_destroy_qp(p.a) == 0, "destroy a");
     p.a = NULL;
@@ -161,7 +161,7 @@ static void two_contexts(void)
         ;
     CHECK(wc.status == IBV_WC_REM_ACCESS_ERR, "write wc %s", ibv_wc_status_str(wc.status));
     struct pollfd pfd = { .fd = second->async_fd, .events = POLLIN };
-    CHECK(poll(&pfd, 1, 10000) == 1, "the owning context's async fd became readable");
+    CHECK(poll(&pfd, 1, 30000) == 1, "the owning context's async fd became readable");
     struct ibv_async_event ae;
     CHECK(ibv_get_async_event(second, &ae) == 0, "get_async_event");
     CHECK(ae.element.qp == p.a || ae.element.qp == p.b, "the event names one of the QPs");
