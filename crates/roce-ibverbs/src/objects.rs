@@ -29,11 +29,10 @@ pub struct DeviceObj {
     pub index: usize,
 }
 
-/// An eventfd in semaphore mode with a queue beside it: each `push` adds
-/// one to the counter, each successful read of the fd takes one. The fd
-/// polls readable while the queue holds something; after a `retain` has
-/// taken items out it may count more than the queue holds, and a reader
-/// whose read finds the queue empty reads again.
+/// A queue with an eventfd that polls readable exactly while the queue
+/// holds something, as the kernel's event files do: the counter is 1 while
+/// the queue is non-empty and 0 otherwise, changed only under the queue's
+/// lock (programs poll the fd, never read it; only `take` waits on it).
 pub struct EventQueue<T> {
     pub fd: OwnedFd,
     queue: Mutex<VecDeque<T>>,
@@ -41,26 +40,58 @@ pub struct EventQueue<T> {
 
 impl<T> EventQueue<T> {
     pub fn new() -> std::io::Result<EventQueue<T>> {
-        let fd = crate::sys::eventfd_semaphore()?;
+        let fd = crate::sys::eventfd()?;
         Ok(EventQueue { fd, queue: Mutex::new(VecDeque::new()) })
     }
 
     pub fn push(&self, item: T) {
-        lock(&self.queue).push_back(item);
-        let one = 1u64.to_ne_bytes();
-        // An eventfd write of 1 fails only if the counter would overflow.
-        let _ = crate::sys::write(self.fd.as_raw_fd(), &one);
+        let mut q = lock(&self.queue);
+        if q.is_empty() {
+            // Fails only if the counter would overflow; it is 0 here.
+            let _ = crate::sys::write(self.fd.as_raw_fd(), &1u64.to_ne_bytes());
+        }
+        q.push_back(item);
     }
 
-    /// After a read of the fd succeeded: the item it stood for, if still
-    /// queued.
+    /// The first item, if any.
     pub fn pop(&self) -> Option<T> {
-        lock(&self.queue).pop_front()
+        let mut q = lock(&self.queue);
+        let item = q.pop_front()?;
+        if q.is_empty() {
+            self.clear();
+        }
+        Some(item)
     }
 
     /// Keeps only the items `keep` accepts.
     pub fn retain(&self, keep: impl FnMut(&T) -> bool) {
-        lock(&self.queue).retain(keep);
+        let mut q = lock(&self.queue);
+        let had = !q.is_empty();
+        q.retain(keep);
+        if had && q.is_empty() {
+            self.clear();
+        }
+    }
+
+    /// The queue has just become empty (its lock held): the counter, 1,
+    /// goes to 0; the read cannot block.
+    fn clear(&self) {
+        let _ = crate::sys::read_event(self.fd.as_raw_fd());
+    }
+
+    /// The first item, waiting for one unless the program made the fd
+    /// non-blocking (then `EAGAIN`, as a read of an empty event file).
+    pub fn take(&self) -> std::io::Result<T> {
+        loop {
+            if let Some(item) = self.pop() {
+                return Ok(item);
+            }
+            let fd = self.fd.as_raw_fd();
+            if crate::sys::is_nonblocking(fd)? {
+                return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            crate::sys::wait_readable(fd)?;
+        }
     }
 }
 

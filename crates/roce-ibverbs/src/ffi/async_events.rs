@@ -2,7 +2,6 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
 use libc::{EINVAL, EIO};
@@ -18,9 +17,7 @@ pub unsafe extern "C" fn ibv_get_async_event(ctx: *mut ibv_context, event: *mut 
         let c = unsafe { ctx_obj(ctx) }?;
         let out = unsafe { event.as_mut() }.ok_or(EINVAL)?;
         loop {
-            crate::sys::read_event(c.events.queue.fd.as_raw_fd())
-                .map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
-            let Some(e) = c.events.queue.pop() else { continue };
+            let e = c.events.queue.take().map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
             let ev = &c.events;
             fn look<W: CObject>(m: &Mutex<HashMap<u32, Handle<W>>>, k: u32) -> Option<*mut W::C> {
                 lock(m).get(&k).map(|h| h.to_c())

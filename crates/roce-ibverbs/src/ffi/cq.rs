@@ -227,14 +227,11 @@ pub unsafe extern "C" fn ibv_get_cq_event(
         if cq.is_null() || cq_context.is_null() {
             return Err(EINVAL);
         }
-        let fd = c_field!(c, fd);
-        // Each read of the fd stands for one queued event; one whose CQ
-        // was destroyed since is gone (or dead): read again, which blocks,
-        // or fails with EAGAIN on a non-blocking fd, as the kernel's
-        // channel does once a destroyed CQ's events are dropped.
+        // An event whose CQ was destroyed since it was taken is gone with
+        // it: take the next.
         let h = loop {
-            crate::sys::read_event(fd).map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
-            if let Some(h) = c.ch.events.pop().and_then(|n| n.deliver()) {
+            let n = c.ch.events.take().map_err(|e| e.raw_os_error().unwrap_or(EIO))?;
+            if let Some(h) = n.deliver() {
                 break h;
             }
         };

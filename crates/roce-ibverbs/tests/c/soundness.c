@@ -5,8 +5,9 @@
  * (and runs it under valgrind where valgrind exists).
  *
  *   cq-teardown   destroying a CQ takes its undelivered completion events
- *                 off the channel: a later ibv_get_cq_event finds none
- *                 (EAGAIN on a non-blocking fd), never the freed CQ
+ *                 off the channel: its fd no longer polls readable, and a
+ *                 later ibv_get_cq_event finds none (EAGAIN on a
+ *                 non-blocking fd), never the freed CQ
  *                 (rdma-core: the kernel drops the CQ's queued events in
  *                 ib_uverbs_release_ucq; ibv_cmd_destroy_cq waits only for
  *                 the events already reported to be acknowledged).
@@ -135,6 +136,7 @@ static void cq_teardown(void)
     p.a = NULL;
     CHECK(ibv_destroy_cq(p.cq) == 0, "destroy the CQ with an undelivered event");
     p.cq = NULL;
+    CHECK(poll(&pfd, 1, 0) == 0, "the channel's fd still polls readable with no event left");
     struct ibv_cq *ev_cq = NULL;
     void *ev_ctx;
     errno = 0;
