@@ -10,9 +10,10 @@
 //!
 //! * `abi`: rdma-core 44's structures, checked against the C header by the
 //!   layout test;
-//! * `objects`: what stands behind each C object;
-//! * `ffi`: the entry points and the ops tables (the crate's `unsafe`
-//!   boundary, with its safety argument);
+//! * `objects`: what stands behind each C object; `handle`: the typed
+//!   handles between the program's pointers and those wrappers;
+//! * `ffi`: the entry points and the ops tables, a file per object family
+//!   (the crate's `unsafe` boundary, with its safety argument);
 //! * `compat`: the symbols rdma-core's providers and librdmacm import,
 //!   which must resolve for a program to load at all;
 //! * `sys`: eventfds and errno; `regions`: one device per registered byte.
@@ -21,6 +22,7 @@ pub mod abi;
 mod compat;
 pub mod config;
 mod ffi;
+mod handle;
 mod objects;
 mod regions;
 mod sys;

@@ -4,9 +4,7 @@
 //! `roce_proto::MemBuf::from_raw_parts`' contract, which the library
 //! upholds through this).
 
-use std::sync::Mutex;
-
-use crate::objects::lock;
+use std::sync::{Mutex, MutexGuard};
 
 struct Region {
     start: usize,
@@ -17,6 +15,12 @@ struct Region {
 
 static REGIONS: Mutex<(u64, Vec<Region>)> = Mutex::new((0, Vec::new()));
 
+/// The table, ignoring poisoning (a panic caught at the library's boundary
+/// must not make every later registration fail).
+fn regions() -> MutexGuard<'static, (u64, Vec<Region>)> {
+    REGIONS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A registration's record; removed when dropped.
 pub struct Registration {
     id: u64,
@@ -26,7 +30,7 @@ pub struct Registration {
 /// value), or `None` if some of it is registered with another device.
 pub fn register(start: usize, len: usize, device: usize) -> Option<Registration> {
     let end = start.checked_add(len)?;
-    let mut g = lock(&REGIONS);
+    let mut g = regions();
     if g.1.iter().any(|r| r.device != device && r.start < end && start < r.end) {
         return None;
     }
@@ -38,7 +42,7 @@ pub fn register(start: usize, len: usize, device: usize) -> Option<Registration>
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        lock(&REGIONS).1.retain(|r| r.id != self.id);
+        regions().1.retain(|r| r.id != self.id);
     }
 }
 

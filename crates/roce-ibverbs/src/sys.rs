@@ -1,5 +1,6 @@
 //! The few system calls the library makes itself (the UDP socket is the
-//! `roce` driver's): eventfds for completion channels and async events,
+//! `roce` driver's): eventfds for completion channels and async events
+//! (with fcntl(2) and poll(2) to honour and wait on them),
 //! and `errno`.
 //!
 //! Safety: each call passes only a buffer the function borrows for the
@@ -9,10 +10,10 @@
 use std::io;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 
-/// A new eventfd in semaphore mode (each read takes one), close-on-exec.
-pub fn eventfd_semaphore() -> io::Result<OwnedFd> {
+/// A new eventfd, close-on-exec.
+pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: no pointers; the fd returned is new and ours.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_SEMAPHORE) };
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -29,13 +30,33 @@ pub fn write(fd: RawFd, b: &[u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-/// Reads one count from an eventfd (blocking unless the program made the fd
-/// non-blocking); the error leaves `errno` as the read set it.
+/// Reads (and so zeroes) an eventfd's counter; the error leaves `errno`
+/// as the read set it.
 pub fn read_event(fd: RawFd) -> io::Result<()> {
     let mut b = [0u8; 8];
     // SAFETY: `b` is valid for 8 bytes of writes for the call.
     let n = unsafe { libc::read(fd, b.as_mut_ptr().cast(), b.len()) };
     if n != 8 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether the program made `fd` non-blocking (`O_NONBLOCK`).
+pub fn is_nonblocking(fd: RawFd) -> io::Result<bool> {
+    // SAFETY: no pointers.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(flags & libc::O_NONBLOCK != 0)
+}
+
+/// Waits until `fd` polls readable (a signal ends the wait with `EINTR`).
+pub fn wait_readable(fd: RawFd) -> io::Result<()> {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: one `pollfd`, valid for the call.
+    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
