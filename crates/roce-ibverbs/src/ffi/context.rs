@@ -106,11 +106,26 @@ fn close_dev(name: &str) {
                 let nonzero: Vec<String> =
                     c.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
                 let d = dev.driver_stats();
+                let b = &d.socket_buffers;
                 eprintln!(
-                    "libibverbs (roce): {name} counters: {} drive_takeovers={}",
+                    "libibverbs (roce): {name} counters: {} drive_takeovers={} rx_dropped_socket_full={} \
+                     rx_errors={} tx_dropped={} tx_errors={} rcvbuf={}/{}{} sndbuf={}/{}{}",
                     nonzero.join(" "),
-                    d.drive_takeovers
+                    d.drive_takeovers,
+                    d.rx_dropped,
+                    d.rx_errors,
+                    d.tx_dropped,
+                    d.tx_errors,
+                    b.recv_granted,
+                    b.recv_requested,
+                    if b.recv_forced { " (forced)" } else { "" },
+                    b.send_granted,
+                    b.send_requested,
+                    if b.send_forced { " (forced)" } else { "" },
                 );
+                if let Some(w) = &d.socket_buffer_warning {
+                    eprintln!("libibverbs (roce): {name} warning: {w}");
+                }
             }
         }
     }
