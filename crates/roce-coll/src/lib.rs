@@ -14,6 +14,12 @@ mod header;
 mod transport;
 mod types;
 
+// The driver side: real processes over `roce` devices.
+pub mod launch;
+#[cfg(feature = "udp")]
+pub mod net;
+pub mod rendezvous;
+
 pub use engine::{Buffers, Config, Engine, Poll};
 pub use error::{Error, ParseError, TransportError, Waiting};
 pub use transport::{Completion, Layout, Transport};
