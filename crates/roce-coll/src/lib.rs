@@ -15,13 +15,18 @@ mod transport;
 mod types;
 
 // The driver side: real processes over `roce` devices.
+#[cfg(feature = "udp")]
+mod comm;
 pub mod launch;
 #[cfg(feature = "udp")]
 pub mod net;
 pub mod rendezvous;
 
+#[cfg(feature = "udp")]
+pub use comm::{CommConfig, CommError, Communicator, Element};
 pub use engine::{Buffers, Config, Engine, Poll};
 pub use error::{Error, ParseError, TransportError, Waiting};
+pub use rendezvous::RendezvousConfig;
 pub use transport::{Completion, Layout, Transport};
 pub use types::{Algo, DataType, OpDesc, OpKind, RedOp};
 
