@@ -49,7 +49,7 @@ use crate::transport::{Completion, Layout, Transport};
 
 mod wire;
 
-/// The `wr_id` of credits (unsignalled: seen only when they fail).
+/// The `wr_id` of credits (their completions are not reported).
 const NOTIFY_ID: u64 = u64::MAX;
 const RECV_ID: u64 = u64::MAX - 1;
 
@@ -179,7 +179,9 @@ impl RoceTransport {
             }
             let dev = Device::open(dc)?;
             let pd = dev.alloc_pd()?;
-            let wr = (2 * l.slots + 4) as u32;
+            // Per QP at most `slots` data WRITEs and `slots` credits in
+            // flight each way.
+            let wr = (2 * l.slots + 8) as u32;
             let cq = dev.create_cq((world * (3 * l.slots + 8)).clamp(64, 1 << 20))?;
             // A zero-byte region cannot be registered: a world of one keeps
             // a token page.
@@ -214,7 +216,7 @@ impl RoceTransport {
             chans.push(Channel { dev, _pd: pd, cq, recv_mr, staging_mr, links, qpns, peer_of });
         }
         let all = rdv.all_gather(&mine.encode())?;
-        let opts = ConnectOptions { timeout: 12, retry_cnt: 7, rnr_retry: 7, ..ConnectOptions::default() };
+        let opts = ConnectOptions { timeout: 14, retry_cnt: 7, rnr_retry: 7, ..ConnectOptions::default() };
         for (peer, blob) in all.iter().enumerate() {
             if peer == rank {
                 continue;
@@ -327,6 +329,19 @@ impl RoceTransport {
                 self.waker = Waker::from(Arc::new(Unpark(thread::current())));
                 self.waker_thread = thread::current().id();
             }
+            // Hand the sockets back to the driver threads (a spin with
+            // WRITEs outstanding leased them to this thread: nobody would
+            // receive while it sleeps), taking what that last look brings.
+            for c in 0..self.chans.len() {
+                let n = self.chans[c]
+                    .cq
+                    .poll_or_drive(&mut self.wcs, &[], 1)
+                    .map_err(|e| TransportError::new(None, format!("polling channel {c}: {e}")))?;
+                self.stash.extend(self.wcs[..n].iter().map(|w| (c, *w)));
+            }
+            if !self.stash.is_empty() {
+                return Ok(true);
+            }
             // A CQ that already holds a completion says so when armed.
             let mut ready = false;
             for ch in &self.chans {
@@ -363,6 +378,7 @@ impl RoceTransport {
             return Err(TransportError::new(None, format!("a completion for unknown QP {:#x}", wc.qp_num)));
         };
         match wc.opcode {
+            WcOpcode::RdmaWrite if wc.wr_id == NOTIFY_ID => {}
             WcOpcode::RdmaWrite => out.push(Completion::Sent { peer, channel: c, token: wc.wr_id }),
             WcOpcode::RecvRdmaWithImm => {
                 let link = self.chans[c].links[peer].as_ref().expect("a link per peer");
@@ -441,8 +457,9 @@ impl Transport for RoceTransport {
         if len > 0 {
             ch.staging_mr.write(at, &self.staging[from..from + len]).map_err(err)?;
         }
-        let op =
-            SendOp::WriteWithImm { remote_addr: link.remote_addr + at as u64, rkey: link.remote_rkey, imm };
+        // The peer's slots for this rank start at `remote_addr`.
+        let remote_addr = link.remote_addr + (slot * l.slot_bytes) as u64;
+        let op = SendOp::WriteWithImm { remote_addr, rkey: link.remote_rkey, imm };
         let sg = if len > 0 { vec![ch.staging_mr.sge(at as u64, len as u32)] } else { vec![] };
         link.qp.post_send(SendWr::new(token, op, sg)).map_err(err)
     }
@@ -450,8 +467,10 @@ impl Transport for RoceTransport {
     fn notify(&mut self, peer: usize, channel: usize, imm: u32) -> Result<(), TransportError> {
         let link = self.link(peer, channel)?;
         let op = SendOp::WriteWithImm { remote_addr: link.remote_addr, rkey: link.remote_rkey, imm };
-        let mut wr = SendWr::new(NOTIFY_ID, op, vec![]);
-        wr.signaled = false;
+        // Signalled, though nobody is told: an unsignalled WR keeps its
+        // send-queue entry until a later signalled one completes, and a QP
+        // that carries only credits would fill its queue.
+        let wr = SendWr::new(NOTIFY_ID, op, vec![]);
         link.qp.post_send(wr).map_err(|e| {
             TransportError::new(Some(peer), format!("posting a credit on channel {channel}: {e}"))
         })

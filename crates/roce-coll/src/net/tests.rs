@@ -4,14 +4,18 @@ use super::*;
 use crate::rendezvous::RendezvousConfig;
 
 fn pair(channels: usize, f: impl Fn(&mut RoceTransport) + Send + Sync + Copy + 'static) {
+    group(2, channels, f)
+}
+
+fn group(world: usize, channels: usize, f: impl Fn(&mut RoceTransport) + Send + Sync + Copy + 'static) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let hs: Vec<_> = (0..2)
+    let hs: Vec<_> = (0..world)
         .map(|rank| {
             thread::spawn(move || {
                 let mut rdv = Rendezvous::join(RendezvousConfig {
                     addr: format!("127.0.0.1:{port}"),
                     rank,
-                    world: 2,
+                    world,
                     timeout: Duration::from_secs(10),
                 })
                 .unwrap();
@@ -103,5 +107,38 @@ fn channels_use_distinct_source_ports() {
     pair(3, |t| {
         let ports: std::collections::HashSet<u16> = t.local_addrs().iter().map(|a| a.port()).collect();
         assert_eq!(ports.len(), 3);
+    });
+}
+
+/// Three ranks, so peer indices differ between the two ends of a pair:
+/// every (sender, channel, slot) lands where the receiver reads it.
+#[test]
+fn every_peer_channel_and_slot_lands_in_its_place() {
+    group(3, 2, |t| {
+        let me = t.rank();
+        let peers: Vec<usize> = (0..3).filter(|&p| p != me).collect();
+        for &p in &peers {
+            for c in 0..2 {
+                for s in 0..4 {
+                    let fill = (me * 50 + p * 10 + c * 4 + s) as u8;
+                    t.staging(p, c, s)[..500].fill(fill);
+                    t.write(p, c, s, 500, Imm::data(1, s), 0).unwrap();
+                }
+            }
+        }
+        let mut got = Vec::new();
+        collect(t, &mut got, |g| g.iter().filter(|c| matches!(c, Completion::Arrived { .. })).count() == 16);
+        for comp in &got {
+            if let Completion::Arrived { peer, channel, imm } = *comp {
+                let Imm::Data { slot, .. } = Imm::parse(imm) else { panic!("{imm:#x}") };
+                let fill = (peer * 50 + me * 10 + channel * 4 + slot) as u8;
+                assert!(
+                    t.slot(peer, channel, slot)[..500].iter().all(|&x| x == fill),
+                    "from {peer} {channel} {slot}"
+                );
+            }
+        }
+        collect(t, &mut got, |g| g.iter().filter(|c| matches!(c, Completion::Sent { .. })).count() == 16);
+        let _ = t.wait(t.now_ns() + 100_000_000);
     });
 }
