@@ -104,7 +104,9 @@ pub struct CommConfig {
     pub timeout: Duration,
     /// This rank's QPs paced at this rate, bits/s.
     pub rate_bps: Option<u64>,
-    /// How long a waiting rank spins before it sleeps.
+    /// How long a waiting rank spins before it sleeps. Zero by default:
+    /// on a host with fewer cores than busy threads spinning costs more
+    /// than the wake-up it saves (`roce coll --spin-us`).
     pub spin: Duration,
     /// The cost model that resolves `Algo::Auto`.
     pub cost: Params,
@@ -116,7 +118,7 @@ impl Default for CommConfig {
             layout: Layout::DEFAULT,
             timeout: Duration::from_secs(30),
             rate_bps: None,
-            spin: Duration::from_micros(100),
+            spin: Duration::ZERO,
             cost: Params::default(),
         }
     }

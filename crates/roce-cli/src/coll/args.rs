@@ -159,7 +159,7 @@ pub struct CollArgs {
     #[arg(long, default_value_t = 4)]
     pub slots: usize,
     /// Bytes per slot (the largest message; a multiple of 64).
-    #[arg(long = "slot-size", default_value = "256K", value_parser = parse_bytes)]
+    #[arg(long = "slot-size", default_value = "64K", value_parser = parse_bytes)]
     pub slot_bytes: u64,
     /// A call fails when nothing arrives for it this long (s); a rank
     /// silent for half of it is declared lost.
@@ -172,8 +172,12 @@ pub struct CollArgs {
     /// RANK:GBPS: that rank's QPs are paced at GBPS Gb/s.
     #[arg(long, value_parser = parse_rate)]
     pub rate: Vec<RankRate>,
-    /// How long a waiting rank spins before it sleeps (us).
-    #[arg(long = "spin-us", default_value_t = 100)]
+    /// How long a waiting rank spins on its CQs before it sleeps (us).
+    /// 0 (the default) sleeps at once until the driver thread wakes it:
+    /// on a 2-core host spinning ranks take the cores their peers and
+    /// driver threads need (np = 8: 2 ms per small all-reduce without
+    /// spinning, 11 ms with 100 us, 30 ms with 1 ms).
+    #[arg(long = "spin-us", default_value_t = 0)]
     pub spin_us: u64,
     /// Cost model: per-step latency (us).
     #[arg(long = "model-alpha-us")]

@@ -216,7 +216,12 @@ impl RoceTransport {
             chans.push(Channel { dev, _pd: pd, cq, recv_mr, staging_mr, links, qpns, peer_of });
         }
         let all = rdv.all_gather(&mine.encode())?;
-        let opts = ConnectOptions { timeout: 14, retry_cnt: 7, rnr_retry: 7, ..ConnectOptions::default() };
+        // ACK timeout 4.096 us x 2^16 = 268 ms, 7 retries: about 2 s
+        // without an answer before a QP fails. Ranks on an oversubscribed
+        // host can go unscheduled (and their socket buffers overflow) for
+        // hundreds of ms; a rank really gone is reported by the rendezvous
+        // first, by name.
+        let opts = ConnectOptions { timeout: 16, retry_cnt: 7, rnr_retry: 7, ..ConnectOptions::default() };
         for (peer, blob) in all.iter().enumerate() {
             if peer == rank {
                 continue;
