@@ -289,7 +289,10 @@ impl CollArgs {
     }
 
     pub fn cost_params(&self) -> Params {
-        let mut p = Params::default();
+        let mut p = Params {
+            chunk_bytes: (self.slot_bytes as usize - roce_coll::HEADER_BYTES) as f64,
+            ..Params::default()
+        };
         if let Some(a) = self.model_alpha_us {
             p.alpha_ns = a * 1000.0;
         }

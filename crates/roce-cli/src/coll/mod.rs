@@ -166,6 +166,23 @@ fn run_rank(op: OpKind, a: &CollArgs, p: &Placement) -> Result<u64, Error> {
     let rdv = RendezvousConfig { addr: p.rendezvous.clone(), rank: p.rank, world: p.world, timeout };
     let mut comm = Communicator::new(rdv, cfg)?;
     let wrong = bench::run(&mut comm, op, a, p)?;
+    if std::env::var_os("ROCE_COLL_COUNTERS").is_some() {
+        // The engine's non-zero counters and what waiting cost, per rank.
+        let w = comm.wait_stats();
+        let mut line = format!(
+            "# rank {} spins {} sleeps {} slept {:.1} ms",
+            p.rank,
+            w.spins,
+            w.sleeps,
+            w.slept_ns as f64 / 1e6
+        );
+        for (k, v) in comm.transport().counters() {
+            if v > 0 {
+                line += &format!(" {k}={v}");
+            }
+        }
+        eprintln!("{line}");
+    }
     comm.finish()?;
     Ok(wrong)
 }

@@ -287,6 +287,21 @@ impl RoceTransport {
         self.chans.iter().map(|c| c.dev.local_addr()).collect()
     }
 
+    /// The engine counters of every channel's device, summed (name, value).
+    pub fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut sum: Vec<(&'static str, u64)> = Vec::new();
+        for ch in &self.chans {
+            let c = ch.dev.counters();
+            for (i, (name, v)) in c.iter().enumerate() {
+                match sum.get_mut(i) {
+                    Some(e) => e.1 += v,
+                    None => sum.push((name, v)),
+                }
+            }
+        }
+        sum
+    }
+
     fn peer_index(&self, peer: usize) -> usize {
         if peer < self.rank {
             peer
