@@ -14,7 +14,7 @@
 //! names that rank and is reported in preference to the timeout it causes
 //! elsewhere.
 //!
-//! ```no_run
+//! ```
 //! use roce_coll::{Communicator, CommConfig, RedOp, RendezvousConfig};
 //! use std::time::Duration;
 //!
