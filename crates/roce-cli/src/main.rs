@@ -6,6 +6,7 @@
 //! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
 //! roce sim {hpcc,compare,baseline,run} ... (the fabric simulator)
 //! roce exec [--addr ADDR] [--name roce0] -- PROGRAM ARGS...
+//! roce coll {all-reduce,reduce-scatter,all-gather,broadcast,reduce,all-to-all} [nccl-tests options]
 //! ```
 //!
 //! Each subcommand lives in its own module; this file only declares the
@@ -16,6 +17,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod coll;
 mod exec_cmd;
 mod pcap_cmd;
 mod perf;
@@ -56,6 +58,14 @@ enum Command {
         #[command(subcommand)]
         command: sim_cmd::SimCommand,
     },
+    /// Collectives over roce, nccl-tests' `*_perf` programs: all-reduce,
+    /// reduce-scatter, all-gather, broadcast, reduce, all-to-all. `--np N`
+    /// starts N local ranks; under mpirun, srun or torchrun each process
+    /// is one rank.
+    Coll {
+        #[command(subcommand)]
+        op: coll::CollCommand,
+    },
     /// Run an unmodified verbs program (perftest, ibv_*_pingpong, ...) over
     /// roce: its libibverbs.so.1 becomes roce's, with one device.
     Exec(exec_cmd::ExecArgs),
@@ -80,6 +90,7 @@ fn main() -> ExitCode {
         Command::Ping(args) => ping::main(&args),
         Command::Sim { command } => sim_cmd::main(&command),
         Command::Exec(args) => exec_cmd::main(&args),
+        Command::Coll { op } => coll::main(&op),
     }
 }
 

@@ -1,0 +1,365 @@
+//! The algorithms, each as one rank's schedule: an ordered list of
+//! transfers (send a range to a peer, receive a range from a peer and copy
+//! or reduce it in) grouped in steps. The executor ([`crate::Engine`])
+//! splits transfers into slot-sized chunks and runs a chunk as soon as the
+//! chunks it depends on are done, so steps pipeline: in a ring, block `b`
+//! is forwarded chunk by chunk while it is still arriving.
+//!
+//! Semantics of a step: its sends read the working buffer as it was before
+//! the step's receives (the executor enforces it chunk by chunk); a
+//! receive that overlaps an earlier receive of the same range is applied
+//! after it (reduction order is fixed, so results are reproducible).
+//!
+//! Pairing rule every builder keeps: the transfers from rank `a` to rank
+//! `b`, in `a`'s schedule order, match one for one (same length) the
+//! transfers `b` receives from `a`, in `b`'s order.
+
+use crate::tree::{dtree, dtree_root};
+use crate::types::{Algo, OpDesc, OpKind};
+
+/// One transfer of a schedule. Offsets and lengths are in elements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Xfer {
+    pub step: u32,
+    pub peer: usize,
+    pub send: bool,
+    /// A send that reads the source buffer (all-to-all), not the working
+    /// buffer.
+    pub from_src: bool,
+    /// A receive that reduces into the working buffer (else it copies).
+    pub reduce: bool,
+    pub off: usize,
+    pub len: usize,
+}
+
+/// One rank's schedule.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Schedule {
+    pub xfers: Vec<Xfer>,
+    /// A send of step `s` waits until every receive of earlier steps is
+    /// complete, whatever ranges they touch (barrier rounds carry no data).
+    pub step_barrier: bool,
+}
+
+impl Schedule {
+    fn send(&mut self, step: u32, peer: usize, off: usize, len: usize) {
+        self.xfers.push(Xfer { step, peer, send: true, from_src: false, reduce: false, off, len });
+    }
+    fn recv(&mut self, step: u32, peer: usize, off: usize, len: usize, reduce: bool) {
+        self.xfers.push(Xfer { step, peer, send: false, from_src: false, reduce, off, len });
+    }
+    fn sort(mut self) -> Schedule {
+        // stable: keeps the builder's order within a step
+        self.xfers.sort_by_key(|x| x.step);
+        self
+    }
+}
+
+/// Balanced partition of `count` elements into `parts` blocks: block `b`.
+pub(crate) fn block(count: usize, parts: usize, b: usize) -> (usize, usize) {
+    let lo = (b as u128 * count as u128 / parts as u128) as usize;
+    let hi = ((b + 1) as u128 * count as u128 / parts as u128) as usize;
+    (lo, hi - lo)
+}
+
+/// Builds `rank`'s schedule of `desc` (algorithm resolved, not `Auto`) on
+/// `n` ranks.
+pub(crate) fn build(desc: &OpDesc, rank: usize, n: usize) -> Schedule {
+    let c = desc.count;
+    match (desc.op, desc.algo) {
+        _ if n == 1 => Schedule::default(),
+        (OpKind::AllReduce, Algo::Ring) => {
+            let mut s = Schedule::default();
+            ring_reduce_scatter(&mut s, rank, n, 0, |b| block(c, n, b));
+            ring_all_gather(&mut s, rank, n, n as u32 - 1, |b| block(c, n, b));
+            s.sort()
+        }
+        (OpKind::AllReduce, Algo::Rabenseifner) => halving_doubling(rank, n, c, true),
+        (OpKind::AllReduce, Algo::RecursiveDoubling) => halving_doubling(rank, n, c, false),
+        (OpKind::AllReduce, Algo::Tree) => tree_all_reduce(rank, n, c),
+        (OpKind::ReduceScatter, Algo::Ring) => {
+            let mut s = Schedule::default();
+            ring_reduce_scatter(&mut s, rank, n, 0, |b| (b * c, c));
+            s.sort()
+        }
+        (OpKind::AllGather, Algo::Ring) => {
+            let mut s = Schedule::default();
+            ring_all_gather(&mut s, rank, n, 0, |b| (b * c, c));
+            s.sort()
+        }
+        (OpKind::Broadcast, Algo::Ring) => {
+            let mut s = Schedule::default();
+            let v = (rank + n - desc.root) % n;
+            if v > 0 {
+                s.recv(0, (rank + n - 1) % n, 0, c, false);
+            }
+            if v < n - 1 {
+                s.send(1, (rank + 1) % n, 0, c);
+            }
+            s
+        }
+        (OpKind::Reduce, Algo::Ring) => {
+            // chain root+1 -> root+2 -> ... -> root
+            let mut s = Schedule::default();
+            let v = (rank + n - desc.root - 1) % n;
+            if v > 0 {
+                s.recv(0, (rank + n - 1) % n, 0, c, true);
+            }
+            if v < n - 1 {
+                s.send(1, (rank + 1) % n, 0, c);
+            }
+            s
+        }
+        (OpKind::Broadcast, Algo::Tree) => tree_rooted(rank, n, c, desc.root, false),
+        (OpKind::Reduce, Algo::Tree) => tree_rooted(rank, n, c, desc.root, true),
+        (OpKind::AllToAll, Algo::Pairwise) => {
+            let mut s = Schedule::default();
+            for k in 1..n {
+                let to = (rank + k) % n;
+                let from = (rank + n - k) % n;
+                s.xfers.push(Xfer {
+                    step: k as u32,
+                    peer: to,
+                    send: true,
+                    from_src: true,
+                    reduce: false,
+                    off: to * c,
+                    len: c,
+                });
+                s.recv(k as u32, from, from * c, c, false);
+            }
+            s
+        }
+        (OpKind::Barrier, Algo::Dissemination) => {
+            let mut s = Schedule { step_barrier: true, ..Default::default() };
+            let mut d = 1;
+            let mut k = 0;
+            while d < n {
+                s.send(k, (rank + d) % n, 0, 0);
+                s.recv(k, (rank + n - d) % n, 0, 0, false);
+                d <<= 1;
+                k += 1;
+            }
+            s
+        }
+        (op, algo) => unreachable!("{algo} does not run {op}: checked by the engine"),
+    }
+}
+
+/// Ring reduce-scatter (NCCL's ring, Patarasuk & Yuan 2009): in step `s`
+/// (0..n-1) rank `r` sends block `r-s-1` to `r+1` and reduces block `r-s-2`
+/// from `r-1`; after `n-1` steps rank `r` holds the full reduction of
+/// block `r`.
+fn ring_reduce_scatter(
+    s: &mut Schedule,
+    r: usize,
+    n: usize,
+    step0: u32,
+    blk: impl Fn(usize) -> (usize, usize),
+) {
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    for k in 0..n - 1 {
+        let (so, sl) = blk((r + 2 * n - k - 1) % n);
+        let (ro, rl) = blk((r + 2 * n - k - 2) % n);
+        s.send(step0 + k as u32, next, so, sl);
+        s.recv(step0 + k as u32, prev, ro, rl, true);
+    }
+}
+
+/// Ring all-gather: in step `s` rank `r` sends block `r-s` (its own block
+/// first) to `r+1` and receives block `r-s-1` from `r-1`.
+fn ring_all_gather(s: &mut Schedule, r: usize, n: usize, step0: u32, blk: impl Fn(usize) -> (usize, usize)) {
+    let (next, prev) = ((r + 1) % n, (r + n - 1) % n);
+    for k in 0..n - 1 {
+        let (so, sl) = blk((r + n - k) % n);
+        let (ro, rl) = blk((r + 2 * n - k - 1) % n);
+        s.send(step0 + k as u32, next, so, sl);
+        s.recv(step0 + k as u32, prev, ro, rl, false);
+    }
+}
+
+/// Rabenseifner (`rsag`: reduce-scatter by recursive halving, then
+/// all-gather by recursive doubling) or recursive doubling (`!rsag`:
+/// lg p exchanges of the whole vector), after Thakur, Rabenseifner and
+/// Gropp, "Optimization of collective communication operations in MPICH",
+/// IJHPCA 2005, §4. With `n` not a power of two, `p` the largest power of
+/// two below and `rem = n - p`: the first `2 rem` ranks fold pairwise
+/// (even rank sends its vector to the odd one, which reduces it and takes
+/// part as rank `r/2`), the `p` remaining ranks run the power-of-two
+/// algorithm, and each odd rank finally sends the result back to its even
+/// partner.
+fn halving_doubling(r: usize, n: usize, count: usize, rsag: bool) -> Schedule {
+    let mut s = Schedule::default();
+    let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
+    let rem = n - p;
+    let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
+    let lg = p.trailing_zeros();
+    let last = 2 * lg + 1;
+    let v = if r < 2 * rem {
+        if r % 2 == 0 {
+            s.send(0, r + 1, 0, count);
+            s.recv(last, r + 1, 0, count, false);
+            return s;
+        }
+        s.recv(0, r - 1, 0, count, true);
+        r / 2
+    } else {
+        r - rem
+    };
+    if rsag {
+        let off = |b: usize| block(count, p, b).0;
+        let (mut lo, mut hi) = (0usize, p);
+        let mut step = 1;
+        let mut mask = p >> 1;
+        while mask > 0 {
+            let partner = real(v ^ mask);
+            let mid = lo + (hi - lo) / 2;
+            let (keep, give) = if v & mask == 0 { ((lo, mid), (mid, hi)) } else { ((mid, hi), (lo, mid)) };
+            s.send(step, partner, off(give.0), off(give.1) - off(give.0));
+            s.recv(step, partner, off(keep.0), off(keep.1) - off(keep.0), true);
+            (lo, hi) = keep;
+            step += 1;
+            mask >>= 1;
+        }
+        let off = |b: usize| if b == p { count } else { block(count, p, b).0 };
+        let mut mask = 1;
+        while mask < p {
+            let partner = real(v ^ mask);
+            let w = hi - lo;
+            let other = if v & mask == 0 { (hi, hi + w) } else { (lo - w, lo) };
+            s.send(step, partner, off(lo), off(hi) - off(lo));
+            s.recv(step, partner, off(other.0), off(other.1) - off(other.0), false);
+            lo = lo.min(other.0);
+            hi = hi.max(other.1);
+            step += 1;
+            mask <<= 1;
+        }
+    } else {
+        let mut mask = 1;
+        let mut step = 1;
+        while mask < p {
+            let partner = real(v ^ mask);
+            s.send(step, partner, 0, count);
+            s.recv(step, partner, 0, count, true);
+            step += 1;
+            mask <<= 1;
+        }
+    }
+    if r < 2 * rem {
+        s.send(last, r - 1, 0, count);
+    }
+    s.sort()
+}
+
+/// Double binary tree all-reduce (NCCL's `Tree`): half `t` of the vector
+/// is reduced up tree `t` and broadcast back down it. Steps: 0 reduce from
+/// the children, 1 send to the parent, 2 receive the result from the
+/// parent, 3 send it to the children.
+fn tree_all_reduce(r: usize, n: usize, count: usize) -> Schedule {
+    let mut s = Schedule::default();
+    let trees = dtree(n, r);
+    let half = [(0, count / 2), (count / 2, count - count / 2)];
+    for (t, node) in trees.iter().enumerate() {
+        let (o, l) = half[t];
+        for c in node.children.iter().flatten() {
+            s.recv(0, *c, o, l, true);
+        }
+        if let Some(p) = node.parent {
+            s.send(1, p, o, l);
+            s.recv(2, p, o, l, false);
+        }
+        for c in node.children.iter().flatten() {
+            s.send(3, *c, o, l);
+        }
+    }
+    s.sort()
+}
+
+/// Double binary tree broadcast (`!reduce`) or reduce rooted at `root`:
+/// ranks renumbered so the root is 0, half `t` travels tree `t`. Tree 1's
+/// root is not the root: for a broadcast the root first hands it half 1
+/// (and takes no part in tree 1's broadcast of what it already has); for a
+/// reduce tree 1's root sends the reduced half 1 to the root at the end.
+fn tree_rooted(r: usize, n: usize, count: usize, root: usize, reduce: bool) -> Schedule {
+    let mut s = Schedule::default();
+    let v = (r + n - root) % n;
+    let real = |x: usize| (x + root) % n;
+    let trees = dtree(n, v);
+    let half = [(0, count / 2), (count / 2, count - count / 2)];
+    let t1root = dtree_root(n, 1);
+    for (t, node) in trees.iter().enumerate() {
+        let (o, l) = half[t];
+        let skip = |x: usize| t == 1 && x == 0; // the root holds half 1 already / gets it at the end
+        if reduce {
+            for c in node.children.iter().flatten() {
+                s.recv(0, real(*c), o, l, true);
+            }
+            if let Some(p) = node.parent {
+                s.send(1, real(p), o, l);
+            }
+            if t == 1 && v == t1root && t1root != 0 {
+                s.send(2, real(0), o, l);
+            }
+            if t == 1 && v == 0 && t1root != 0 {
+                s.recv(2, real(t1root), o, l, false);
+            }
+        } else {
+            if t == 1 && v == 0 && t1root != 0 {
+                s.send(0, real(t1root), o, l);
+            }
+            if t == 1 && v == t1root && t1root != 0 {
+                s.recv(0, real(0), o, l, false);
+            }
+            if let Some(p) = node.parent {
+                if !skip(v) {
+                    s.recv(1, real(p), o, l, false);
+                }
+            }
+            for c in node.children.iter().flatten() {
+                if !skip(*c) {
+                    s.send(2, real(*c), o, l);
+                }
+            }
+        }
+    }
+    s.sort()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{DataType, RedOp};
+
+    /// The pairing rule: what `a` sends `b` matches, in order and length,
+    /// what `b` receives from `a`; for every algorithm and op up to n = 17.
+    #[test]
+    fn sends_and_receives_pair_up() {
+        for n in 1..=17 {
+            for op in OpKind::ALL {
+                for algo in Algo::candidates(op) {
+                    for root in [0, n / 2, n - 1] {
+                        let d = OpDesc { op, dtype: DataType::F32, redop: RedOp::Sum, count: 37, root, algo };
+                        let sch: Vec<Schedule> = (0..n).map(|r| build(&d, r, n)).collect();
+                        for a in 0..n {
+                            for b in 0..n {
+                                let sent: Vec<usize> = sch[a]
+                                    .xfers
+                                    .iter()
+                                    .filter(|x| x.send && x.peer == b)
+                                    .map(|x| x.len)
+                                    .collect();
+                                let got: Vec<usize> = sch[b]
+                                    .xfers
+                                    .iter()
+                                    .filter(|x| !x.send && x.peer == a)
+                                    .map(|x| x.len)
+                                    .collect();
+                                assert_eq!(sent, got, "{op} {algo} n={n} root={root} {a}->{b}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

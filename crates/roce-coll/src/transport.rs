@@ -1,0 +1,144 @@
+//! The verbs-shaped transport the algorithms run over.
+//!
+//! A communicator of `n` ranks is, per ordered pair of ranks, `channels`
+//! reliable connected QPs (several per peer, each with its own UDP source
+//! port, so ECMP can spread one collective over several paths) and two
+//! memory regions registered once at creation and reused by every call:
+//!
+//! * **receive slots**: for each peer `p` and channel `c`, `slots` slots of
+//!   `slot_bytes` each, where only `p` writes (RDMA WRITE with immediate,
+//!   IBTA vol. 1 §9.4.3 / §9.7.2: the immediate arrives in the completion
+//!   of the receive WQE the write consumes);
+//! * **staging slots**: the same shape, where the local rank prepares the
+//!   bytes it writes to `p`'s receive slot of the same `(channel, slot)`.
+//!
+//! The algorithm owns slot allocation. Flow control is by credits: a rank
+//! writes into slot `s` of `(p, c)` only after `p` released it with a
+//! zero-length WRITE WITH IMMEDIATE (a *notify* here) carrying the slot
+//! index; at the start every slot is free. So a write never lands in a slot
+//! the receiver is still reading, and the receive queue never needs more
+//! than `slots + slots` WQEs per QP (data + credits).
+//!
+//! An implementation on `roce` (`roce::Qp::post_send` with
+//! `SendOp::WriteWithImm`, one `roce::Mr` for all receive slots and one for
+//! all staging slots, `Cq::poll` / `Cq::poll_or_drive`) keeps each QP's
+//! receive queue stocked (every data or notify write consumes a receive
+//! WQE), maps `(peer, channel, slot)` to a remote address and rkey exchanged
+//! at connection time, and encodes `token` in the `wr_id`. The fabric
+//! simulator's implementation does the same on `roce-proto` engines.
+
+use crate::error::TransportError;
+
+/// Shape of the registered memory and QPs, identical on every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    /// QPs per peer (`--qps-per-peer`), at least 1.
+    pub channels: usize,
+    /// Receive slots per `(peer, channel)`, at least 1, at most
+    /// [`Layout::MAX_SLOTS`]. More slots keep more writes in flight.
+    pub slots: usize,
+    /// Bytes per slot, a multiple of 64 and at least
+    /// [`Layout::MIN_SLOT_BYTES`]. Each message carries a
+    /// [`crate::HEADER_BYTES`]-byte header, then payload.
+    pub slot_bytes: usize,
+}
+
+impl Layout {
+    pub const MAX_SLOTS: usize = 256;
+    pub const MIN_SLOT_BYTES: usize = 128;
+
+    /// The defaults: 2 channels, 4 slots of 256 KiB (2 MiB in flight per
+    /// peer).
+    pub const DEFAULT: Layout = Layout { channels: 2, slots: 4, slot_bytes: 256 << 10 };
+
+    /// Bytes of the receive region (and of the staging region) a rank
+    /// registers on a communicator of `n` ranks.
+    pub fn region_bytes(&self, n: usize) -> usize {
+        n.saturating_sub(1) * self.channels * self.slots * self.slot_bytes
+    }
+
+    /// Offset of `(peer_index, channel, slot)` in a region laid out peer-major
+    /// (peer index = the peer's rank, or rank - 1 above the local rank).
+    pub fn offset(&self, peer_index: usize, channel: usize, slot: usize) -> usize {
+        ((peer_index * self.channels + channel) * self.slots + slot) * self.slot_bytes
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.channels == 0 || self.channels > 64 {
+            return Err(format!("channels must be 1..=64, got {}", self.channels));
+        }
+        if self.slots == 0 || self.slots > Layout::MAX_SLOTS {
+            return Err(format!("slots must be 1..={}, got {}", Layout::MAX_SLOTS, self.slots));
+        }
+        if self.slot_bytes < Layout::MIN_SLOT_BYTES
+            || self.slot_bytes % 64 != 0
+            || self.slot_bytes > (1 << 30)
+        {
+            return Err(format!(
+                "slot_bytes must be a multiple of 64 in {}..=1 GiB, got {}",
+                Layout::MIN_SLOT_BYTES,
+                self.slot_bytes
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Default for Layout {
+    fn default() -> Layout {
+        Layout::DEFAULT
+    }
+}
+
+/// A completion the transport reports to the algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Completion {
+    /// A [`Transport::write`] finished locally (the peer acknowledged it:
+    /// its staging slot may be reused). `token` is the one given to `write`.
+    Sent { peer: usize, channel: usize, token: u64 },
+    /// A peer's WRITE WITH IMMEDIATE (data into our receive slot, or a
+    /// zero-length notify) arrived on `channel`, with its immediate.
+    Arrived { peer: usize, channel: usize, imm: u32 },
+}
+
+/// The verbs the algorithms need. All methods are non-blocking.
+///
+/// Ranks are `0..n`; `peer` is never the local rank. The algorithm never
+/// asks for a slot out of [`Layout`]'s range.
+pub trait Transport {
+    /// Monotonic time in nanoseconds. The only clock the algorithms read
+    /// (deadlines); the simulator gives its simulated time.
+    fn now_ns(&self) -> u64;
+
+    /// The staging slot `(peer, channel, slot)`, `slot_bytes` long: the
+    /// algorithm fills it before [`Transport::write`].
+    fn staging(&mut self, peer: usize, channel: usize, slot: usize) -> &mut [u8];
+
+    /// The receive slot `(peer, channel, slot)`, `slot_bytes` long, where
+    /// `peer` writes. Read only after an `Arrived` for it and before the
+    /// slot is released with a notify.
+    fn slot(&self, peer: usize, channel: usize, slot: usize) -> &[u8];
+
+    /// Posts an RDMA WRITE WITH IMMEDIATE of the first `len` bytes of the
+    /// staging slot `(peer, channel, slot)` into `peer`'s receive slot
+    /// `(local rank, channel, slot)`, signalled: a `Sent` with `token`
+    /// follows when it completes.
+    fn write(
+        &mut self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        len: usize,
+        imm: u32,
+        token: u64,
+    ) -> Result<(), TransportError>;
+
+    /// Posts a zero-length WRITE WITH IMMEDIATE to `peer` on `channel` (a
+    /// credit). Its local completion is not reported (the transport may
+    /// post it unsignalled).
+    fn notify(&mut self, peer: usize, channel: usize, imm: u32) -> Result<(), TransportError>;
+
+    /// Appends the completions that are ready (possibly none) to `out`.
+    /// Drives the underlying engine if it needs driving.
+    fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), TransportError>;
+}
