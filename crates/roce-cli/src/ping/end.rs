@@ -14,11 +14,9 @@ use roce::{
 
 use super::args::{check_args, PingArgs};
 use super::exchange::Dest;
-use super::tally::{Seen, Tally};
+use super::tally::{Seen, Tally, RECV_WRID, SEND_WRID};
 use crate::oob::{gid_bytes, Error, Result, ROCE_UDP_PORT};
 
-pub(super) const RECV_WRID: u64 = 1;
-pub(super) const SEND_WRID: u64 = 2;
 /// Largest inline send (the QP is created with this much inline room).
 const MAX_INLINE: u32 = 256;
 /// The Q_Key ibv_ud_pingpong uses on both ends.

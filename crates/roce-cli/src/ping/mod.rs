@@ -4,12 +4,7 @@
 //! Q_Key 0x11111111, receive buffers with room for the 40-byte GRH, a
 //! message no larger than the path MTU).
 //!
-//! The exchange (TCP port 18515): the client sends
-//! `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the GID as 32 hex digits) with its
-//! NUL, 52 bytes; the server connects its QP and answers the same way; the
-//! client sends "done\0". A device on a UDP port other than 4791 announces
-//! the port in the LID field (RoCE has no LIDs; a stock peer sends 0).
-//! The server gives a client `--timeout` from accept for all of it; a
+//! First the TCP exchange of addresses (see [`exchange`]). The server gives a client `--timeout` from accept for all of it; a
 //! client that fails it is dropped and the next one served.
 //!
 //! Then both ends ping-pong `-n` SENDs of `-s` bytes: the client sends

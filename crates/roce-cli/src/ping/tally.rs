@@ -2,8 +2,13 @@
 
 use roce::WcStatus;
 
-use super::end::{RECV_WRID, SEND_WRID};
 use crate::oob::{Error, Result};
+
+/// The work request id of every receive, and a bit of [`Tally`]'s
+/// `pending`.
+pub(super) const RECV_WRID: u64 = 1;
+/// The work request id of every SEND, and a bit of [`Tally`]'s `pending`.
+pub(super) const SEND_WRID: u64 = 2;
 
 /// What a completion of the ping-pong was.
 #[derive(Debug, PartialEq, Eq)]

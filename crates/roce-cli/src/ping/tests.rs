@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use roce::WcStatus;
 
-use super::end::{results, RECV_WRID, SEND_WRID};
+use super::end::results;
 use super::exchange::{client_exchange, server_exchange, Dest, MSG_LEN};
-use super::tally::{Seen, Tally};
+use super::tally::{Seen, Tally, RECV_WRID, SEND_WRID};
 use super::{exit_status, run};
 use crate::oob::gid_bytes;
 use crate::oob::test_support::{tcp_stream, Segment};
