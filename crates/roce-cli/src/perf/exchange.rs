@@ -613,6 +613,14 @@ mod tests {
         assert!(KeyMsg::decode(b"0000:zz").is_err());
     }
 
+    /// A malformed key message is the peer's fault, and says so.
+    #[test]
+    fn a_malformed_key_message_is_a_protocol_error() {
+        let e = KeyMsg::decode(b"0000:zz\0").unwrap_err();
+        assert!(matches!(&e, Error::Protocol(_)), "{e:?}");
+        assert_eq!(e.to_string(), "malformed key message from the peer: \"0000:zz\"");
+    }
+
     #[test]
     fn report_slots_are_big_endian() {
         let r = BwReport { size: 4096, iters: 5, bw_peak: 2.56, bw_avg: 2.5, msg_rate: 0.000656 };

@@ -181,3 +181,47 @@ fn exchange_replays_ibv_rc_pingpong() {
         assert!(rest.is_empty());
     }
 }
+
+/// The server's exchange fails with an error that says what went wrong:
+/// a malformed address, a client gone before its "done", a client that
+/// says nothing until the budget is spent.
+#[test]
+fn server_exchange_errors_say_what_failed() {
+    use crate::oob::Error;
+    let serve = |client: fn(TcpStream), budget: Duration| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let fake = std::thread::spawn(move || client(TcpStream::connect(addr).unwrap()));
+        let (mut s, _) = l.accept().unwrap();
+        let r = server_exchange(&mut s, &mine(), Instant::now() + budget, budget, &None, |_, _| Ok(()));
+        drop(s);
+        fake.join().unwrap();
+        r
+    };
+    let long = Duration::from_secs(10);
+    let r = serve(|mut c| c.write_all(&[b'x'; MSG_LEN]).unwrap(), long);
+    assert!(
+        matches!(&r, Err(Error::Protocol(m)) if m.starts_with("malformed address from the peer")),
+        "{r:?}"
+    );
+    let r = serve(
+        |mut c| {
+            c.write_all(&mine().encode()).unwrap();
+            let mut a = [0u8; MSG_LEN];
+            c.read_exact(&mut a).unwrap();
+        },
+        long,
+    );
+    let e = r.expect_err("a client gone before its done fails the exchange");
+    assert!(matches!(&e, Error::Exchange { what, .. } if what.contains("done")), "{e:?}");
+    let r = serve(
+        |mut c| {
+            let mut rest = Vec::new();
+            let _ = c.read_to_end(&mut rest);
+        },
+        Duration::from_millis(200),
+    );
+    let e = r.expect_err("a silent client fails the exchange");
+    assert!(matches!(e, Error::ExchangeTimeout { .. }), "{e:?}");
+    assert!(e.to_string().starts_with("timed out in the exchange after "), "{e}");
+}
