@@ -18,8 +18,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod coll;
-mod exec_cmd;
-mod pcap_cmd;
+mod exec;
+mod oob;
+mod pcap;
 mod perf;
 mod ping;
 mod report;
@@ -68,7 +69,7 @@ enum Command {
     },
     /// Run an unmodified verbs program (perftest, ibv_*_pingpong, ...) over
     /// roce: its libibverbs.so.1 becomes roce's, with one device.
-    Exec(exec_cmd::ExecArgs),
+    Exec(exec::ExecArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -78,18 +79,18 @@ enum PcapCommand {
     /// Exit status: 0 when every RoCE packet is well-formed with a good ICRC,
     /// 1 when some RoCE packet is malformed or fails its ICRC, 2 when the file
     /// cannot be read (or ends in the middle of a record).
-    Decode(pcap_cmd::DecodeArgs),
+    Decode(pcap::DecodeArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Pcap { command: PcapCommand::Decode(args) } => pcap_cmd::run(&args).exit_code(),
+        Command::Pcap { command: PcapCommand::Decode(args) } => pcap::run(&args).exit_code(),
         Command::Soak(args) => soak_cmd::run(&args),
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
         Command::Sim { command } => sim_cmd::main(&command),
-        Command::Exec(args) => exec_cmd::main(&args),
+        Command::Exec(args) => exec::main(&args),
         Command::Coll { op } => coll::main(&op),
     }
 }

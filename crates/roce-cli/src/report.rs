@@ -7,6 +7,8 @@
 use roce::Device;
 use serde_json::{json, Value};
 
+use crate::oob::Error;
+
 /// The device's counters as a block of text: the engine's (named as
 /// rdma_rxe's hardware counters, plus drops by reason), then the driver's.
 pub fn counters_table(dev: &Device) -> String {
@@ -116,14 +118,20 @@ pub fn counters_json(dev: &Device) -> Value {
 /// usual cause of a transport that gave up), and why the device died if
 /// it did and `err` does not say so already (a failure seen first
 /// elsewhere, such as the peer giving up on this end).
-pub fn with_send_error(dev: &Device, err: String) -> String {
-    let err = match dev.send_error() {
-        Some(e) => format!("{err}\n       the kernel refused to send: {e}"),
-        None => err,
+pub fn with_send_error(dev: &Device, err: Error) -> Error {
+    let mut notes = match dev.send_error() {
+        Some(e) => format!("\n       the kernel refused to send: {e}"),
+        None => String::new(),
     };
-    match dev.dead() {
-        Some(why) if !err.contains(&why) => format!("{err}\n       the RDMA device is dead: {why}"),
-        _ => err,
+    if let Some(why) = dev.dead() {
+        if !err.to_string().contains(&why) && !notes.contains(&why) {
+            notes += &format!("\n       the RDMA device is dead: {why}");
+        }
+    }
+    if notes.is_empty() {
+        err
+    } else {
+        Error::WithDevice { source: Box::new(err), notes }
     }
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 use clap::Subcommand;
 use roce::{CcAlgorithm, MrAddressing, PathMtu};
 
-use super::{exchange, AtomicType, Kind, Test, Verb};
+use super::{AtomicType, Kind, Test, Verb};
+use crate::oob::{parse_mtu, Encryption, Error, Result, ROCE_UDP_PORT};
 
 /// The tests, one subcommand each.
 #[derive(Debug, Subcommand)]
@@ -109,7 +110,7 @@ pub struct PerfArgs {
     #[arg(long, value_name = "ADDR")]
     pub bind: Option<IpAddr>,
     /// UDP port of the device (0: any free port) [with --loopback: the server's].
-    #[arg(long = "udp-port", value_name = "PORT", default_value_t = exchange::ROCE_UDP_PORT)]
+    #[arg(long = "udp-port", value_name = "PORT", default_value_t = ROCE_UDP_PORT)]
     pub udp_port: u16,
     /// Spin on the socket instead of sleeping (lowest latency, burns a core).
     #[arg(long = "busy-poll")]
@@ -192,16 +193,6 @@ pub fn parse_mr_addressing(s: &str) -> std::result::Result<MrAddressing, String>
     }
 }
 
-/// Reads a pre-shared key file: at least 16 bytes.
-pub fn read_psk(path: &std::path::Path) -> std::result::Result<Vec<u8>, String> {
-    let k =
-        std::fs::read(path).map_err(|e| format!("cannot read the pre-shared key {}: {e}", path.display()))?;
-    if k.len() < 16 {
-        return Err(format!("the pre-shared key {} has {} bytes: use at least 16", path.display(), k.len()));
-    }
-    Ok(k)
-}
-
 fn parse_num(s: &str, what: &str) -> std::result::Result<u64, String> {
     let t = s.trim();
     let v = if let Some(h) = t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
@@ -273,15 +264,6 @@ fn parse_outs(s: &str) -> std::result::Result<u8, String> {
 /// The engine's limit on outstanding READs/atomics (`MAX_RD_ATOMIC`).
 pub const MAX_OUT_READS: u8 = 16;
 
-/// `-m`: a path MTU, 256 .. 4096 and a power of two.
-pub fn parse_mtu(s: &str) -> std::result::Result<PathMtu, String> {
-    let v = parse_num(s, "MTU")?;
-    usize::try_from(v)
-        .ok()
-        .and_then(PathMtu::from_bytes)
-        .ok_or_else(|| format!("MTU {v} is not a path MTU: use 256, 512, 1024, 2048 or 4096"))
-}
-
 fn parse_gid_index(s: &str) -> std::result::Result<u32, String> {
     match parse_num(s, "GID index")? {
         0 => Ok(0),
@@ -320,7 +302,7 @@ pub struct Conf {
     pub timeout: Duration,
     pub counters: bool,
     pub gso: bool,
-    pub encrypt: Option<exchange::Encryption>,
+    pub encrypt: Option<Encryption>,
     pub mr_addressing: MrAddressing,
     pub pin_peer_port: bool,
     /// `--cc` with the `--cc-param` overrides applied.
@@ -329,7 +311,17 @@ pub struct Conf {
 }
 
 impl Conf {
-    pub fn new(test: Test, a: &PerfArgs) -> std::result::Result<Conf, String> {
+    /// The configuration of a test, or [`Error::BadArgs`] (or
+    /// [`Error::Psk`]) for options that do not go together.
+    pub fn new(test: Test, a: &PerfArgs) -> Result<Conf> {
+        let mut conf = Conf::checked(test, a).map_err(Error::BadArgs)?;
+        conf.encrypt = Encryption::from_flags(a.encrypt, a.psk.as_deref())?;
+        Ok(conf)
+    }
+
+    /// Checks the options and applies perftest's defaults (without the
+    /// encryption, which reads a file).
+    fn checked(test: Test, a: &PerfArgs) -> std::result::Result<Conf, String> {
         let (bw, atomic) = (test.kind == Kind::Bw, test.verb == Verb::Atomic);
         if atomic && a.size.is_some_and(|s| s != 8) {
             return Err("atomic operations move 8 bytes: -s/--size must be 8 for atomic tests".into());
@@ -425,7 +417,7 @@ impl Conf {
             timeout: Duration::from_secs(a.timeout),
             counters: a.counters,
             gso: !a.no_gso,
-            encrypt: exchange::Encryption::from_flags(a.encrypt, a.psk.as_deref())?,
+            encrypt: None,
             mr_addressing: a.mr_addressing,
             pin_peer_port: a.pin_peer_port,
             cc: {

@@ -25,21 +25,17 @@
 
 use std::fmt;
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use roce::PathMtu;
 
-use super::{Context as _, Error, Result};
+use crate::oob::{Context as _, Encryption, Error, Result, ROCE_UDP_PORT};
 
 /// The perftest version we announce (perftest 4.5 says "6.06").
 pub const VERSION: &str = "6.06";
 /// Oldest peer version perftest itself accepts.
 const MIN_VERSION: f64 = 5.70;
-/// perftest's default TCP port.
-pub const DEFAULT_PORT: u16 = 18515;
-/// The RoCEv2 UDP port.
-pub const ROCE_UDP_PORT: u16 = 4791;
 const VERSION_LEN: usize = 16;
 /// Size of a key message with a GID.
 pub const KEY_MSG_LEN: usize = 108;
@@ -69,19 +65,6 @@ pub struct KeyMsg {
     pub vaddr: u64,
     pub gid: [u8; 16],
     pub srqn: u32,
-}
-
-/// The 16 bytes of a RoCEv2 GID: IPv4 addresses are IPv4-mapped.
-pub fn gid_bytes(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// The address a GID denotes.
-pub fn gid_ip(gid: [u8; 16]) -> IpAddr {
-    Ipv6Addr::from(gid).to_canonical()
 }
 
 impl KeyMsg {
@@ -144,7 +127,7 @@ impl KeyMsg {
 
 fn bad_key(b: &[u8]) -> Error {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len()).min(KEY_MSG_LEN);
-    Error(format!("malformed key message from the peer: {:?}", String::from_utf8_lossy(&b[..end])))
+    Error::Protocol(format!("malformed key message from the peer: {:?}", String::from_utf8_lossy(&b[..end])))
 }
 
 /// A bandwidth report as `xchg_bw_reports` sends it.
@@ -255,102 +238,6 @@ impl fmt::Debug for Oob {
     }
 }
 
-/// The server's TCP listener: every address of the host, IPv4 and IPv6
-/// alike (a dual-stack `[::]` socket, or `0.0.0.0` where IPv6 is off), as
-/// perftest and ibv_rc_pingpong listen. The exchange's address family is
-/// independent of the device's: the stock tools speak it over IPv4 only, so
-/// a RoCE run over IPv6 GIDs takes its exchange over IPv4.
-pub fn listen(port: u16) -> Result<TcpListener> {
-    let any6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
-    let dual = || -> std::io::Result<TcpListener> {
-        let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None)?;
-        s.set_only_v6(false)?;
-        s.set_reuse_address(true)?;
-        s.bind(&any6.into())?;
-        s.listen(16)?;
-        Ok(s.into())
-    };
-    dual()
-        .or_else(|_| TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)))
-        .map_err(|e| Error(format!("cannot listen on TCP port {port}: {e}")))
-}
-
-/// `--encrypt` on `roce perf` or `roce ping`, with the pre-shared key of
-/// `--psk` if any: how this end takes part in a key agreement.
-#[derive(Debug, Clone)]
-pub struct Encryption {
-    psk: Option<Vec<u8>>,
-}
-
-impl Encryption {
-    /// From the flags: `None` without `--encrypt`.
-    pub fn from_flags(
-        encrypt: bool,
-        psk: Option<&std::path::Path>,
-    ) -> std::result::Result<Option<Self>, String> {
-        if !encrypt {
-            return Ok(None);
-        }
-        Ok(Some(Encryption { psk: psk.map(super::args::read_psk).transpose()? }))
-    }
-
-    /// How the packets are protected, for the header.
-    pub fn describe(&self) -> &'static str {
-        match self.psk {
-            None => "AES-128-GCM per QP and direction, keys by X25519",
-            Some(_) => "AES-128-GCM per QP and direction, keys by X25519 and the pre-shared key",
-        }
-    }
-
-    /// This end's half of the agreement (its public key goes to the peer).
-    pub fn start(&self) -> Result<roce::crypto::KeyExchange> {
-        roce::crypto::KeyExchange::new().map_err(|e| Error(format!("encryption: {e}")))
-    }
-
-    /// The session, from the peer's public key. `initiator`: the client.
-    pub fn agree(
-        &self,
-        kx: roce::crypto::KeyExchange,
-        peer: &[u8; roce::crypto::PUBLIC_KEY_LEN],
-        initiator: bool,
-    ) -> Result<roce::crypto::Session> {
-        kx.agree(peer, initiator, self.psk.as_deref()).map_err(|e| Error(format!("encryption: {e}")))
-    }
-}
-
-/// `a` with an IPv4-mapped IPv6 address written as IPv4 (a client of the
-/// dual-stack listener).
-pub fn canonical(a: SocketAddr) -> SocketAddr {
-    SocketAddr::new(a.ip().to_canonical(), a.port())
-}
-
-/// Connects to the first reachable address, retrying refused connections
-/// (the server may not listen yet) until `timeout` has passed.
-pub fn connect(addrs: &[SocketAddr], timeout: Duration) -> Result<TcpStream> {
-    let deadline = Instant::now() + timeout;
-    let mut last = None;
-    loop {
-        for a in addrs {
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10));
-            match TcpStream::connect_timeout(a, left) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    return Ok(s);
-                }
-                Err(e) => last = Some((*a, e)),
-            }
-        }
-        if Instant::now() >= deadline {
-            let (a, e) = last.expect("at least one address was tried");
-            return Err(Error(format!(
-                "cannot reach the server at {a}: {e} (gave up after {:.1} s; is `roce perf` running there?)",
-                timeout.as_secs_f64()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 impl Oob {
     pub fn new(stream: TcpStream, role: Role) -> Oob {
         let _ = stream.set_nodelay(true);
@@ -421,9 +308,7 @@ impl Oob {
     /// An error once the exchange's deadline has passed.
     fn check_deadline(&self) -> Result<()> {
         match &self.admission {
-            Some(a) if Instant::now() >= a.deadline => {
-                Err(Error(format!("timed out in the exchange after {:.0} s", a.budget.as_secs_f64())))
-            }
+            Some(a) if Instant::now() >= a.deadline => Err(Error::ExchangeTimeout { budget: a.budget }),
             _ => Ok(()),
         }
     }
@@ -494,7 +379,7 @@ impl Oob {
                 self.stream.set_write_timeout(Some(left)).context("TCP socket")?;
             }
             match self.stream.write(b) {
-                Ok(0) => return Err(Error("the peer closed the TCP connection".into())),
+                Ok(0) => return Err(Error::Closed { early: false }),
                 Ok(n) => b = &b[n..],
                 Err(e)
                     if matches!(
@@ -509,7 +394,9 @@ impl Oob {
                     }
                     std::thread::yield_now();
                 }
-                Err(e) => return Err(Error(format!("sending to the peer over TCP: {e}"))),
+                Err(source) => {
+                    return Err(Error::Exchange { what: "sending to the peer over TCP".into(), source })
+                }
             }
         }
         Ok(())
@@ -521,12 +408,12 @@ impl Oob {
         }
         let r = self.read_full(b, self.deadline());
         r.map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => Error("the peer closed the TCP connection early".into()),
+            std::io::ErrorKind::UnexpectedEof => Error::Closed { early: true },
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => match self.check_deadline() {
                 Err(late) => late,
-                Ok(()) => Error("timed out waiting for the peer over TCP".into()),
+                Ok(()) => Error::Timeout { what: "timed out waiting for the peer over TCP".into() },
             },
-            _ => Error(format!("receiving from the peer over TCP: {e}")),
+            _ => Error::Exchange { what: "receiving from the peer over TCP".into(), source: e },
         })
     }
 
@@ -539,7 +426,7 @@ impl Oob {
             let tick = Instant::now() + PATIENCE_TICK;
             let until = self.deadline().map_or(tick, |d| d.min(tick));
             match self.read_some(&mut b[got..], Some(until)) {
-                Ok(0) => return Err(Error("the peer closed the TCP connection early".into())),
+                Ok(0) => return Err(Error::Closed { early: true }),
                 Ok(n) => {
                     got += n;
                     quiet_since = Instant::now();
@@ -554,14 +441,18 @@ impl Oob {
                         seen = now;
                         quiet_since = Instant::now();
                     } else if quiet_since.elapsed() >= *limit {
-                        return Err(Error(format!(
-                            "timed out: nothing from the peer over TCP and no RDMA traffic from it for {:.0} s",
-                            limit.as_secs_f64()
-                        )));
+                        return Err(Error::Timeout {
+                            what: format!(
+                                "timed out: nothing from the peer over TCP and no RDMA traffic from it for {:.0} s",
+                                limit.as_secs_f64()
+                            ),
+                        });
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(Error(format!("receiving from the peer over TCP: {e}"))),
+                Err(source) => {
+                    return Err(Error::Exchange { what: "receiving from the peer over TCP".into(), source })
+                }
             }
         }
         Ok(())
@@ -597,21 +488,23 @@ impl Oob {
         let peer_encrypts = self.peer_is_roce && end + 6 <= VERSION_LEN && theirs[end + 5] == ENCRYPT_TAG;
         match (self.encrypt.is_some(), peer_encrypts) {
             (true, false) if !self.peer_is_roce => {
-                return Err(Error(
+                return Err(Error::Protocol(
                     "the peer is not roce and cannot encrypt: run without --encrypt against it".into(),
                 ))
             }
             (true, false) => {
-                return Err(Error("the peer does not encrypt: run both ends with --encrypt".into()))
+                return Err(Error::Protocol("the peer does not encrypt: run both ends with --encrypt".into()))
             }
             (false, true) => {
-                return Err(Error("the peer asks for encryption: run both ends with --encrypt".into()))
+                return Err(Error::Protocol(
+                    "the peer asks for encryption: run both ends with --encrypt".into(),
+                ))
             }
             _ => {}
         }
         let num = leading_float(&v);
         if num < MIN_VERSION {
-            return Err(Error(format!(
+            return Err(Error::Protocol(format!(
                 "the peer speaks perftest version {v:?}: versions older than {MIN_VERSION:.2} are not compatible"
             )));
         }
@@ -714,10 +607,18 @@ mod tests {
         let k = KeyMsg::decode(captured).unwrap();
         assert_eq!((k.lid, k.out_reads, k.qpn, k.psn, k.rkey), (0, 1, 0x14, 0x7ab9c9, 0x524));
         assert_eq!(k.vaddr, 0x5621ec672000);
-        assert_eq!(gid_ip(k.gid), "10.47.0.2".parse::<IpAddr>().unwrap());
+        assert_eq!(crate::oob::gid_ip(k.gid), "10.47.0.2".parse::<IpAddr>().unwrap());
         assert_eq!(&k.encode(), captured);
         assert_eq!(k.udp_port(true), ROCE_UDP_PORT);
         assert!(KeyMsg::decode(b"0000:zz").is_err());
+    }
+
+    /// A malformed key message is the peer's fault, and says so.
+    #[test]
+    fn a_malformed_key_message_is_a_protocol_error() {
+        let e = KeyMsg::decode(b"0000:zz\0").unwrap_err();
+        assert!(matches!(&e, Error::Protocol(_)), "{e:?}");
+        assert_eq!(e.to_string(), "malformed key message from the peer: \"0000:zz\"");
     }
 
     #[test]

@@ -15,7 +15,8 @@ use roce::PathMtu;
 
 use super::exchange::{BwReport, KeyMsg, Oob, Role, Verdict, CACHE_LINE, CYCLE_BUFFER};
 use super::report::{LatDurReport, LatReport};
-use super::{Error, Kind, Result, Test, Verb};
+use super::{Kind, Test, Verb};
+use crate::oob::{Error, Result};
 
 /// A latency result: by iterations or by time.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -57,7 +58,7 @@ pub trait Side {
 }
 
 /// Why [`drive`] failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Failure {
     /// The peer failed the exchange before the test began (silent, slow,
     /// gone, malformed, incompatible): a server can drop it and serve
@@ -177,7 +178,7 @@ impl Flow<'_> {
 
     fn note(&mut self, v: &Verdict) {
         if let (Verdict::Bad(why), None) = (v, &self.failure) {
-            self.failure = Some(Error(why.clone()));
+            self.failure = Some(Error::Failed(why.clone()));
         }
     }
 

@@ -12,8 +12,7 @@
 //! Server: `roce perf write-bw`; client: `roce perf write-bw SERVER`;
 //! both in one process over 127.0.0.1: `roce perf write-bw --loopback`.
 
-use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -28,40 +27,11 @@ pub(crate) mod replay_tests;
 pub mod report;
 pub mod run;
 
-pub use args::{parse_mtu, Conf, PerfCommand, MAX_OUT_READS};
+pub use args::{Conf, PerfCommand, MAX_OUT_READS};
 use exchange::{Oob, Role};
 use flow::Failure;
 
-/// An error with a message meant for the user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Error(pub String);
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Error {}
-
-impl From<roce::Error> for Error {
-    fn from(e: roce::Error) -> Error {
-        Error(e.to_string())
-    }
-}
-
-pub type Result<T> = std::result::Result<T, Error>;
-
-/// Adds what was being done to an error.
-pub trait Context<T> {
-    fn context(self, what: impl fmt::Display) -> Result<T>;
-}
-
-impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
-    fn context(self, what: impl fmt::Display) -> Result<T> {
-        self.map_err(|e| Error(format!("{what}: {e}")))
-    }
-}
+use crate::oob::{self, Context as _, Error, Result, Tool};
 
 /// The operation a test measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,15 +140,8 @@ struct End {
 }
 
 fn client(conf: &Conf, server: &str) -> Result<()> {
-    let port = conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT);
-    let addrs: Vec<SocketAddr> = (server, port)
-        .to_socket_addrs()
-        .map_err(|e| Error(format!("cannot resolve the server address {server:?}: {e}")))?
-        .collect();
-    if addrs.is_empty() {
-        return Err(Error(format!("the server address {server:?} resolves to nothing")));
-    }
-    let stream = exchange::connect(&addrs, conf.timeout)?;
+    let addrs = oob::tcp::resolve(server, conf.tcp_port.unwrap_or(oob::DEFAULT_PORT))?;
+    let stream = oob::tcp::connect(&addrs, conf.timeout, Tool::Perf)?;
     let end = End { role: Role::Client, udp_port: conf.udp_port, pcap: conf.pcap.clone(), quiet: false };
     client_end(conf, stream, &end)
 }
@@ -218,7 +181,7 @@ fn server(
     };
     let mut listener = match listener {
         Some(l) => l,
-        None => exchange::listen(conf.tcp_port.unwrap_or(exchange::DEFAULT_PORT))?,
+        None => oob::tcp::listen(conf.tcp_port.unwrap_or(oob::DEFAULT_PORT))?,
     };
     if !quiet && !conf.json {
         println!("\n************************************");
@@ -248,7 +211,7 @@ fn server(
         let r = run_end(conf, &mut oob, &mut s, ip);
         match (r, oob.take_listener()) {
             (Err(Failure::Exchange(e)), Some(l)) if retry => {
-                eprintln!("roce perf: dropped client {}: {e}", exchange::canonical(peer));
+                eprintln!("roce perf: dropped client {}: {e}", oob::tcp::canonical(peer));
                 drop(oob);
                 s.reset();
                 side = Some(s);
@@ -309,13 +272,14 @@ fn loopback(conf: &Conf) -> Result<()> {
     let mut cconf = conf.clone();
     cconf.bind = Some(ip);
     let end = End { role: Role::Client, udp_port: 0, pcap: conf.pcap.clone(), quiet: false };
-    let c = exchange::connect(&[addr], conf.timeout).and_then(|stream| client_end(&cconf, stream, &end));
-    let s = srv.join().unwrap_or_else(|_| Err(Error("the server thread panicked".into())));
+    let c = oob::tcp::connect(&[addr], conf.timeout, Tool::Perf)
+        .and_then(|stream| client_end(&cconf, stream, &end));
+    let s = srv.join().unwrap_or(Err(Error::ServerPanicked));
     match (c, s) {
         (Ok(()), Ok(())) => Ok(()),
         (Err(c), Ok(())) => Err(c),
-        (Ok(()), Err(s)) => Err(Error(format!("server: {s}"))),
-        (Err(c), Err(s)) => Err(Error(format!("{c}\n       server: {s}"))),
+        (Ok(()), Err(s)) => Err(Error::Server(Box::new(s))),
+        (Err(c), Err(s)) => Err(Error::BothEnds { client: Box::new(c), server: Box::new(s) }),
     }
 }
 
@@ -341,7 +305,7 @@ mod dead_device_tests {
         let conf = Conf::new(t, args).unwrap();
         let r = run(&conf, args.loopback, args.server.as_deref());
         let e = r.as_ref().expect_err("a test on a dead device fails");
-        assert!(e.0.contains("the driver thread panicked: injected by a test of the tools"), "{e}");
+        assert!(e.to_string().contains("the driver thread panicked: injected by a test of the tools"), "{e}");
         assert_eq!(format!("{:?}", exit_status(&r)), format!("{:?}", ExitCode::from(1)));
     }
 }

@@ -11,45 +11,16 @@ use std::time::Duration;
 
 use roce::PathMtu;
 
-use super::exchange::{gid_bytes, BwReport, KeyMsg, Oob, Role, Verdict, KEY_MSG_LEN};
+use super::exchange::{BwReport, KeyMsg, Oob, Role, Verdict, KEY_MSG_LEN};
 use super::flow::{self, FlowSpec, Lat, Side};
 use super::report::LatReport;
-use super::{Kind, Result, Test, Verb};
-
-/// One TCP payload of a capture.
-#[derive(Debug, Clone)]
-pub struct Segment {
-    pub from_client: bool,
-    pub data: Vec<u8>,
-}
+use super::{Kind, Test, Verb};
+use crate::oob::gid_bytes;
+use crate::oob::test_support::{tcp_stream, Segment};
+use crate::oob::Result;
 
 fn testdata(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/softroce").join(name)
-}
-
-/// The payloads of the TCP connection to `server_port`, in capture order.
-pub fn tcp_stream(pcap: &Path, server_port: u16) -> Vec<Segment> {
-    let mut r = roce_wire::pcap::PcapReader::open(pcap).expect("capture opens");
-    let mut out = Vec::new();
-    while let Some(rec) = r.next_record() {
-        let f = rec.expect("capture reads").data;
-        if f.len() < 14 + 20 || f[12..14] != [0x08, 0x00] {
-            continue;
-        }
-        let ip = &f[14..];
-        let ihl = usize::from(ip[0] & 0x0f) * 4;
-        let total = usize::from(u16::from_be_bytes([ip[2], ip[3]]));
-        if ip[9] != 6 || total > ip.len() {
-            continue;
-        }
-        let tcp = &ip[ihl..total];
-        let (sport, dport) = (u16::from_be_bytes([tcp[0], tcp[1]]), u16::from_be_bytes([tcp[2], tcp[3]]));
-        let off = usize::from(tcp[12] >> 4) * 4;
-        if tcp.len() > off && (sport == server_port || dport == server_port) {
-            out.push(Segment { from_client: dport == server_port, data: tcp[off..].to_vec() });
-        }
-    }
-    out
 }
 
 /// The kind of a perftest message, from its size and content.

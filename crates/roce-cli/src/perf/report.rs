@@ -344,7 +344,7 @@ mod tests {
             psn: 0x7ab9c9,
             rkey: 0x524,
             vaddr: 0x5621ec672000,
-            gid: super::super::exchange::gid_bytes("10.47.0.2".parse().unwrap()),
+            gid: crate::oob::gid_bytes("10.47.0.2".parse().unwrap()),
             out_reads: 0x80,
             ..KeyMsg::default()
         };

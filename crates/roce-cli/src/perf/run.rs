@@ -20,10 +20,11 @@ use roce::{
 };
 use serde_json::{json, Value};
 
-use super::exchange::{gid_bytes, gid_ip, BwReport, KeyMsg, Role, Verdict, ROCE_UDP_PORT};
+use super::exchange::{BwReport, KeyMsg, Role, Verdict};
 use super::flow::{Lat, Side};
 use super::report::{self, HeaderInfo, RESULT_LINE};
-use super::{AtomicType, Conf, Error, Kind, Result, Verb, MAX_OUT_READS};
+use super::{AtomicType, Conf, Kind, Verb, MAX_OUT_READS};
+use crate::oob::{gid_bytes, gid_ip, Encryption, Error, Result, ROCE_UDP_PORT};
 
 mod lat;
 
@@ -95,10 +96,12 @@ impl Stall {
     }
     fn check(&self, what: &str) -> Result<()> {
         if self.last.elapsed() >= self.limit {
-            return Err(Error(format!(
-                "{what}: nothing happened for {:.0} s (is the peer still running and reachable over UDP?)",
-                self.limit.as_secs_f64()
-            )));
+            return Err(Error::Timeout {
+                what: format!(
+                    "{what}: nothing happened for {:.0} s (is the peer still running and reachable over UDP?)",
+                    self.limit.as_secs_f64()
+                ),
+            });
         }
         Ok(())
     }
@@ -112,7 +115,7 @@ fn wc_error(wc: &Wc, what: &str) -> Error {
         WcStatus::WrFlushErr => ": the QP is in the error state",
         _ => "",
     };
-    Error(format!(
+    Error::Failed(format!(
         "{what} completed with status {:?} (vendor error {:#x}) on QP {:#08x}{hint}",
         wc.status, wc.vendor_err, wc.qp_num
     ))
@@ -182,18 +185,7 @@ impl RdmaSide {
         cfg.cc = conf.cc.clone();
         cfg.line_rate_bps = conf.line_rate_bps;
         cfg.pin_peer_port = conf.pin_peer_port;
-        let dev = Device::open(cfg).map_err(|e| {
-            let hint = match &e {
-                roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrInUse => {
-                    " (the UDP port is taken: choose another with --udp-port; 0 picks a free one)"
-                }
-                roce::Error::Io(io) if io.kind() == std::io::ErrorKind::AddrNotAvailable => {
-                    " (is that an address of this host?)"
-                }
-                _ => "",
-            };
-            Error(format!("cannot open the RDMA device on UDP {bind}: {e}{hint}"))
-        })?;
+        let dev = Device::open(cfg).map_err(|source| Error::OpenDevice { bind, source })?;
         crate::report::opened(&dev);
         Ok(RdmaSide::with_device(conf.clone(), role, dev, quiet))
     }
@@ -406,7 +398,7 @@ impl RdmaSide {
     /// failures into an error.
     pub fn finish(mut self, r: Result<()>) -> Result<()> {
         self.release_output();
-        let r = r.map_err(|e| Error(crate::report::with_send_error(&self.dev, e.0)));
+        let r = r.map_err(|e| crate::report::with_send_error(&self.dev, e));
         if self.conf.cc.dcqcn().is_some() && !self.quiet {
             self.report_cc();
         }
@@ -433,7 +425,7 @@ impl RdmaSide {
             self.json.insert("results".into(), Value::Array(std::mem::take(&mut self.rows)));
             self.json.insert("data_check".into(), check.into());
             if let Err(e) = &r {
-                self.json.insert("error".into(), e.0.clone().into());
+                self.json.insert("error".into(), e.to_string().into());
             }
             println!(
                 "{}",
@@ -443,7 +435,7 @@ impl RdmaSide {
         }
         r?;
         if !self.failures.is_empty() {
-            return Err(Error(self.failures.join("; ")));
+            return Err(Error::Failed(self.failures.join("; ")));
         }
         Ok(())
     }
@@ -529,7 +521,7 @@ impl Side for RdmaSide {
             mtu: self.mtu.bytes(),
             out_reads: c.out_reads.into(),
             icrc_check: self.dev.rx_icrc_check().to_string(),
-            encryption: c.encrypt.as_ref().map(super::exchange::Encryption::describe),
+            encryption: c.encrypt.as_ref().map(Encryption::describe),
         };
         let header = report::header(&h);
         let role = if self.role == Role::Server { "server" } else { "client" };
@@ -564,7 +556,7 @@ impl Side for RdmaSide {
         for (i, r) in remote.iter().enumerate() {
             let ip = gid_ip(r.gid);
             if ip.is_ipv4() != ours.is_ipv4() {
-                return Err(Error(format!(
+                return Err(Error::Protocol(format!(
                     "GID types differ: we are {ours}, the peer is {ip}; use the same IP version on both ends"
                 )));
             }

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use roce::{Mr, WC_ZERO};
 
 use super::{pattern_byte, read_u64, take, wait_one, RdmaSide, Stall};
+use crate::oob::Result;
 use crate::perf::exchange::{Role, Verdict};
 use crate::perf::flow::Lat;
 use crate::perf::report;
-use crate::perf::{Result, Verb};
+use crate::perf::Verb;
 
 impl RdmaSide {
     fn lat_result(&self, size: u64, posted: &[Instant], iters: u64, span: Duration) -> Lat {

@@ -33,17 +33,34 @@ pub struct ExecArgs {
     pub program: Vec<OsString>,
 }
 
+/// Why roce's libibverbs cannot be found.
+#[derive(Debug, thiserror::Error)]
+pub enum LibraryError {
+    /// The path of this executable is unknown, so nothing is beside it.
+    #[error("cannot find this executable: {0}")]
+    NoExecutable(std::io::Error),
+    /// The executable's path has no parent directory.
+    #[error("this executable has no directory")]
+    NoDirectory,
+    /// None of the places the library is installed or built holds it.
+    #[error(
+        "roce's libibverbs not found beside {} (build it: cargo build -p roce-ibverbs; or give --lib)",
+        exe.display()
+    )]
+    NotFound { exe: PathBuf },
+}
+
 /// Where the library is: beside the `roce` binary (installed as
 /// `libibverbs.so.1` or as cargo builds it), or in cargo's `deps`.
-pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, LibraryError> {
     if let Some(p) = explicit {
         return Ok(p.to_path_buf());
     }
     if let Some(p) = std::env::var_os("ROCE_IBVERBS_LIB") {
         return Ok(PathBuf::from(p));
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
-    let dir = exe.parent().ok_or("this executable has no directory")?;
+    let exe = std::env::current_exe().map_err(LibraryError::NoExecutable)?;
+    let dir = exe.parent().ok_or(LibraryError::NoDirectory)?;
     let candidates = [
         dir.join("libibverbs.so.1"),
         dir.join("libroce_ibverbs.so"),
@@ -53,12 +70,8 @@ pub fn find_library(explicit: Option<&Path>) -> Result<PathBuf, String> {
     // cargo leaves a copy beside the binary only when the library itself is
     // built, and one in `deps` when roce-cli is: the newer is the current one.
     let modified = |p: &PathBuf| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    candidates.iter().filter(|p| p.is_file()).max_by_key(|p| modified(p)).cloned().ok_or_else(|| {
-        format!(
-            "roce's libibverbs not found beside {} (build it: cargo build -p roce-ibverbs; or give --lib)",
-            exe.display()
-        )
-    })
+    let found = candidates.iter().filter(|p| p.is_file()).max_by_key(|p| modified(p)).cloned();
+    found.ok_or(LibraryError::NotFound { exe })
 }
 
 /// The environment a program needs to run over the library.
