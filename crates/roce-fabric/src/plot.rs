@@ -22,8 +22,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::report::Report;
+use crate::scenario::peer_of;
 use crate::scenario::{NodeId, Scenario, Time, PS_PER_US};
-use crate::toml_scenario::peer_of;
 
 /// Size of every plot, pixels.
 const SIZE: (u32, u32) = (1000, 700);

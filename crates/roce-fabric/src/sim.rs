@@ -427,9 +427,9 @@ pub fn simulate(scn: &Scenario, progress: Option<&mut dyn Progress>) -> Result<R
 }
 
 /// Every scenario, however made, meets the same rules
-/// ([`crate::toml_scenario::validate`], which names the offending field).
+/// ([`crate::scenario::validate`], which names the offending field).
 fn validate(scn: &Scenario) -> Result<(), FabricError> {
-    crate::toml_scenario::validate(scn).map_err(|e| FabricError::Invalid(e.to_string()))
+    crate::scenario::validate(scn).map_err(|e| FabricError::Invalid(e.to_string()))
 }
 
 fn cc_of(scn: &Scenario, rate: u64) -> Result<(CcAlgorithm, CnpConfig), FabricError> {
