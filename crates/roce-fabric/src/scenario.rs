@@ -410,6 +410,17 @@ impl Scenario {
     }
 }
 
+/// A host's IPv4 address, the HPCC simulator's: `0x0b000001 + (node <<
+/// 8)`, i.e. `11.(node >> 8).(node & 0xff).1` (nodes number below 2^16).
+pub fn host_ip(node: NodeId) -> u32 {
+    0x0b00_0001 + ((node as u32) << 8)
+}
+
+/// The node whose address [`host_ip`] gives.
+pub fn ip_node(ip: u32) -> NodeId {
+    ((ip >> 8) & 0xffff) as NodeId
+}
+
 // ---------------------------------------------------------------------------
 // The rules of every scenario, however made: the simulator, the plots and
 // the summary read them here, not from a file format.
@@ -471,7 +482,7 @@ pub(crate) fn loss(key: &str, l: f64) -> Result<f64, ScenarioError> {
 }
 
 /// Nodes a scenario may have: a host's address holds its id in 16 bits
-/// ([`crate::sim::host_ip`]).
+/// ([`host_ip`]).
 pub const MAX_NODES: usize = 0xffff;
 
 /// Checks the rules of every [`Scenario`] however it was made (TOML,
