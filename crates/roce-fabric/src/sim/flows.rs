@@ -16,21 +16,22 @@ use crate::hooks::LinkHooks;
 use crate::report::FctRecord;
 use crate::scenario::{host_ip, FlowOp, NodeId};
 
+/// Work requests a flow keeps posted at once: enough that the whole of
 /// any usual flow is posted at its start (HPCC's NIC has no window; the
 /// engine's send window is `NicConfig::max_unacked_psns`).
-pub(super) const FLOW_WINDOW: u64 = 1 << 13;
+const FLOW_WINDOW: u64 = 1 << 13;
 /// Scatter-gather elements of a flow's WR: its source is a region of a
 /// 1/`SRC_SGES` of `chunk_bytes` (at least 4 KiB), gathered that many
 /// times. The payload is the same zeros; 320 hosts' 4 KiB sources stay in
 /// cache where 64 KiB ones did not.
-pub(super) const SRC_SGES: usize = 16;
+const SRC_SGES: usize = 16;
 
 /// The bytes of a host's source region for WRs of `chunk` bytes.
-pub(super) fn src_region(chunk: usize) -> usize {
+fn src_region(chunk: usize) -> usize {
     chunk.div_ceil(SRC_SGES).max(4096).min(chunk)
 }
 /// ACK timeout code of the flows' QPs (4.096 us x 2^12 = 16.8 ms).
-pub(super) const ACK_TIMEOUT: u8 = 12;
+const ACK_TIMEOUT: u8 = 12;
 
 /// A host's verbs objects for the scenario's flows.
 pub(super) struct FlowHost {

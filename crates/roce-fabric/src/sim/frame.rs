@@ -7,6 +7,7 @@ use super::Sim;
 use crate::datagram::Datagram;
 use crate::hooks::LinkHooks;
 
+/// A frame's record in its `Slot`: what only its ends read (the hops
 /// carry a `Hop`).
 #[derive(Clone, Copy)]
 pub(super) struct Frame {

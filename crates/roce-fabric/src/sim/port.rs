@@ -26,6 +26,7 @@ pub(super) enum PfcSend {
     Xon,
 }
 
+/// One side of a link. `repr(C)` keeps the declaration order: what every
 /// hop reads comes first, in the first two cache lines (a port is some
 /// 800 bytes, and a fabric's ports do not all stay in cache).
 #[repr(C)]
