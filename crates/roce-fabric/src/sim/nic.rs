@@ -28,6 +28,8 @@ use crate::scenario::{host_ip, ip_node, NodeId, Scenario, Time, PRIORITIES, PS_P
 /// frames waiting for a paused priority count).
 const NIC_QUEUE_CAP: u64 = 256 * 1024;
 
+/// A host: its NIC (ports, egress queues, receive backlog, the engine's
+/// timer) and the engine behind it.
 pub(super) struct Host {
     /// The NIC's (first) port.
     pub(super) port: usize,
@@ -374,5 +376,39 @@ impl<H: LinkHooks> Sim<H> {
             }
         }
         self.host_after_input(host);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A BTH with opcode `op`, the rest zero.
+    fn bth(op: u8) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[0] = op;
+        b
+    }
+
+    /// Exactly the RC ACK (0x11) and the CNP (0x81) go at the ACK
+    /// priority: not an atomic ACK, a READ response or a request.
+    #[test]
+    fn acks_and_cnps_are_told_apart_by_the_opcode_table() {
+        assert_eq!(kind_of(&bth(0x11)), Kind::Ack);
+        assert_eq!(kind_of(&bth(roce_wire::opcode::CNP)), Kind::Cnp);
+        for op in [0x00, 0x0a, 0x0d, 0x12, 0x24, 0x64] {
+            assert_eq!(kind_of(&bth(op)), Kind::Data, "opcode {op:#x}");
+        }
+        // Every byte value agrees with the opcode bytes the NIC used to match.
+        for op in 0..=255u8 {
+            let want = match op {
+                0x11 => Kind::Ack,
+                0x81 => Kind::Cnp,
+                _ => Kind::Data,
+            };
+            assert_eq!(kind_of(&bth(op)), want, "opcode {op:#x}");
+        }
+        // Shorter than a BTH: not an ACK.
+        assert_eq!(kind_of(&[0x11; 4]), Kind::Data);
     }
 }
