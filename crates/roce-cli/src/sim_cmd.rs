@@ -31,7 +31,7 @@ use std::process::ExitCode;
 use roce_fabric::compare::{compare, CompareError};
 use roce_fabric::hpcc::{self, HpccError};
 use roce_fabric::summary::summary_json;
-use roce_fabric::{simulate, Ending, FabricError, Report, Scenario, PS_PER_S};
+use roce_fabric::{simulate, Ending, FabricError, Report, Scenario, ScenarioError, PS_PER_S};
 use serde_json::json;
 
 use self::usage::{Meter, Usage};
@@ -101,8 +101,15 @@ pub enum SimCliError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
-    Scenario(String),
+    #[error(transparent)]
+    Scenario(#[from] ScenarioError),
+    /// A run's summary.json that does not parse.
+    #[error("{}: {source}", path.display())]
+    Summary {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("simulation failed: {0}")]
     Sim(#[from] FabricError),
     #[error("{0}")]

@@ -39,7 +39,7 @@ pub fn scenario(name: &str) -> Option<Scenario> {
 mod tests {
     use super::*;
     use crate::scenario::*;
-    use crate::toml_scenario::{port_towards, validate};
+    use crate::scenario::{port_towards, validate};
 
     fn id(s: &Scenario, name: &str) -> NodeId {
         s.nodes.iter().position(|n| n.name == name).unwrap_or_else(|| panic!("no node {name}"))

@@ -98,7 +98,7 @@ pub const STATIC_XOFF_BUFFER_DIVISOR: u64 = 16;
 pub const STATIC_XON_OFFSET: u64 = 3 * 1024;
 
 /// HPCC's host addressing, which the simulator's hosts use.
-pub use crate::sim::{host_ip, ip_node};
+pub use crate::scenario::{host_ip, ip_node};
 
 /// The smallest IB MTU that holds `payload` bytes (4096 above that).
 pub fn ib_mtu_for(payload: u32) -> u32 {

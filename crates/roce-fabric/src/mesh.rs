@@ -63,13 +63,13 @@ impl<H: LinkHooks> Mesh<H> {
     ) -> Result<Mesh<H>, FabricError> {
         let n = engines.len();
         if n < 2 {
-            return Err(FabricError::Invalid(format!("a mesh of {n} hosts: it needs two at least")));
+            return Err(FabricError::MeshTooSmall(n));
         }
         let mut addrs = HashMap::new();
         for (h, e) in engines.iter().enumerate() {
             for &a in &e.config().gids {
                 if addrs.insert(a, h).is_some() {
-                    return Err(FabricError::Invalid(format!("address {a} assigned to two hosts")));
+                    return Err(FabricError::AddressTwice(a));
                 }
             }
         }

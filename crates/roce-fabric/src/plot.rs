@@ -22,8 +22,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::report::Report;
+use crate::scenario::peer_of;
 use crate::scenario::{NodeId, Scenario, Time, PS_PER_US};
-use crate::toml_scenario::peer_of;
 
 /// Size of every plot, pixels.
 const SIZE: (u32, u32) = (1000, 700);
@@ -78,10 +78,16 @@ fn colour(i: usize) -> RGBAColor {
     RGBColor(r, g, b).to_rgba()
 }
 
-type DrawResult<T> = Result<T, String>;
+/// A plot that could not be drawn: plotters' error, which carries the SVG
+/// backend's.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct DrawError(Box<dyn std::error::Error + Send + Sync>);
 
-fn err<E: std::fmt::Display>(e: E) -> String {
-    e.to_string()
+type DrawResult<T> = Result<T, DrawError>;
+
+fn err<E: std::error::Error + Send + Sync + 'static>(e: E) -> DrawError {
+    DrawError(Box::new(e))
 }
 
 fn us(t: Time) -> f64 {

@@ -52,10 +52,21 @@ pub struct Routes {
     salt: u32,
 }
 
+/// A static route the fabric cannot install.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouteError {
+    #[error("static route at node {switch} via node {via}: no such link")]
+    NoLink { switch: NodeId, via: NodeId },
+    #[error("static route at node {0}: not a switch")]
+    NotASwitch(NodeId),
+    #[error("static route to node {0}: no such node")]
+    NoSuchNode(NodeId),
+}
+
 impl Routes {
     /// Shortest paths by breadth-first search from every host, through
     /// switches only, then the scenario's static routes.
-    pub fn build(scn: &Scenario, adj: &Adjacency) -> Result<Routes, String> {
+    pub fn build(scn: &Scenario, adj: &Adjacency) -> Result<Routes, RouteError> {
         let n = scn.nodes.len();
         let mut hops = Vec::new();
         let mut groups: Vec<(u32, u32)> = Vec::new();
@@ -113,13 +124,13 @@ impl Routes {
         for r in &scn.routes {
             let Some(k) = adj.ports.get(r.switch).and_then(|p| p.iter().position(|&(peer, _)| peer == r.via))
             else {
-                return Err(format!("static route at node {} via node {}: no such link", r.switch, r.via));
+                return Err(RouteError::NoLink { switch: r.switch, via: r.via });
             };
             if scn.nodes.get(r.switch).map(|x| x.kind) != Some(NodeKind::Switch) {
-                return Err(format!("static route at node {}: not a switch", r.switch));
+                return Err(RouteError::NotASwitch(r.switch));
             }
             if r.dst >= n {
-                return Err(format!("static route to node {}: no such node", r.dst));
+                return Err(RouteError::NoSuchNode(r.dst));
             }
             table[at(r.switch, r.dst)] = k as u32;
         }

@@ -7,6 +7,9 @@
 //! every 20 ps, so every serialisation time of the usual rates (10, 25, 40,
 //! 100, 200, 400, 800 Gb/s) is a whole number of picoseconds.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+
 use serde::{Deserialize, Serialize};
 
 /// Simulated time in picoseconds.
@@ -405,4 +408,311 @@ impl Scenario {
     pub fn hosts(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes.iter().enumerate().filter(|(_, n)| n.kind == NodeKind::Host).map(|(i, _)| i)
     }
+}
+
+/// A host's IPv4 address, the HPCC simulator's: `0x0b000001 + (node <<
+/// 8)`, i.e. `11.(node >> 8).(node & 0xff).1` (nodes number below 2^16).
+pub fn host_ip(node: NodeId) -> u32 {
+    0x0b00_0001 + ((node as u32) << 8)
+}
+
+/// The node whose address [`host_ip`] gives.
+pub fn ip_node(ip: u32) -> NodeId {
+    ((ip >> 8) & 0xffff) as NodeId
+}
+
+// ---------------------------------------------------------------------------
+// The rules of every scenario, however made: the simulator, the plots and
+// the summary read them here, not from a file format.
+
+/// Why a scenario is not acceptable: a rule of [`validate`] broken, or
+/// (reading a TOML scenario, [`crate::toml_scenario`]) a file that cannot
+/// be read or parsed. Every variant names the key and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("cannot read {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// The TOML does not parse, has an unknown key, or a value of the wrong
+    /// type (the message names the line and key).
+    #[error("{0}")]
+    Syntax(String),
+    #[error("{key}: cannot read {value:?}: {reason}")]
+    BadValue { key: String, value: String, reason: String },
+    #[error("{key}: no node named {name:?}")]
+    UnknownNode { key: String, name: String },
+    #[error("{key}: {name:?} is a {found}, expected a {expected}")]
+    WrongKind { key: String, name: String, expected: &'static str, found: &'static str },
+    #[error("node name {0:?} is declared twice")]
+    DuplicateName(String),
+    #[error("{key}: link from {node:?} to itself")]
+    SelfLink { key: String, node: String },
+    #[error("host {host:?} has {links} links; a host has exactly one (its NIC port)")]
+    HostLinks { host: String, links: usize },
+    #[error("{key}: {reason}")]
+    Invalid { key: String, reason: String },
+}
+
+pub(crate) fn invalid(key: impl Into<String>, reason: impl Into<String>) -> ScenarioError {
+    ScenarioError::Invalid { key: key.into(), reason: reason.into() }
+}
+
+pub(crate) fn bad_value(key: &str, value: &str, reason: impl Into<String>) -> ScenarioError {
+    ScenarioError::BadValue { key: key.to_string(), value: value.to_string(), reason: reason.into() }
+}
+
+pub(crate) fn priority(key: &str, p: u8) -> Result<u8, ScenarioError> {
+    if p as usize >= PRIORITIES {
+        return Err(bad_value(key, &p.to_string(), "a priority is 0..=7"));
+    }
+    Ok(p)
+}
+
+pub(crate) fn kind_name(k: NodeKind) -> &'static str {
+    match k {
+        NodeKind::Host => "host",
+        NodeKind::Switch => "switch",
+    }
+}
+
+pub(crate) fn loss(key: &str, l: f64) -> Result<f64, ScenarioError> {
+    if !(0.0..=1.0).contains(&l) {
+        return Err(bad_value(key, &l.to_string(), "loss is a probability within [0, 1]"));
+    }
+    Ok(l)
+}
+
+/// Nodes a scenario may have: a host's address holds its id in 16 bits
+/// ([`host_ip`]).
+pub const MAX_NODES: usize = 0xffff;
+
+/// Checks the rules of every [`Scenario`] however it was made (TOML,
+/// built-in, imported; the TOML format's documentation lists them,
+/// [`crate::toml_scenario`]): node indices in range, unique
+/// names, one link per host, no self links, rates above zero, losses and
+/// pmax within [0, 1], kmin <= kmax, xon <= xoff, priorities 0..=7,
+/// flows between two different hosts with at least one byte, a known MTU
+/// and congestion control (with DCQCN, a known parameter set and
+/// parameters), routes from a switch to a host via a neighbour, events on
+/// existing links and hosts, monitored ports that exist. Keys name the
+/// scenario's own lists (`links[3]`).
+pub fn validate(s: &Scenario) -> Result<(), ScenarioError> {
+    let n = s.nodes.len();
+    if n > MAX_NODES {
+        return Err(invalid(
+            "nodes",
+            format!("{n} nodes: at most {MAX_NODES} (a host's address holds its id in 16 bits)"),
+        ));
+    }
+    let mut seen = HashMap::new();
+    for (i, node) in s.nodes.iter().enumerate() {
+        if node.name.is_empty() {
+            return Err(invalid(format!("nodes[{i}].name"), "empty node name"));
+        }
+        if seen.insert(node.name.as_str(), i).is_some() {
+            return Err(ScenarioError::DuplicateName(node.name.clone()));
+        }
+    }
+    let node_ok = |key: String, id: NodeId, kind: Option<NodeKind>| -> Result<(), ScenarioError> {
+        if id >= n {
+            return Err(invalid(key, format!("node {id} does not exist ({n} nodes)")));
+        }
+        if let Some(k) = kind {
+            if s.nodes[id].kind != k {
+                return Err(ScenarioError::WrongKind {
+                    key,
+                    name: s.nodes[id].name.clone(),
+                    expected: kind_name(k),
+                    found: kind_name(s.nodes[id].kind),
+                });
+            }
+        }
+        Ok(())
+    };
+    let mut degree = vec![0usize; n];
+    for (i, l) in s.links.iter().enumerate() {
+        let key = format!("links[{i}]");
+        node_ok(format!("{key}.a"), l.a, None)?;
+        node_ok(format!("{key}.b"), l.b, None)?;
+        if l.a == l.b {
+            return Err(ScenarioError::SelfLink { key, node: s.nodes[l.a].name.clone() });
+        }
+        if l.rate_bps == 0 {
+            return Err(bad_value(&format!("{key}.rate"), "0", "a rate must be above zero"));
+        }
+        loss(&format!("{key}.loss"), l.loss)?;
+        let f = &l.faults;
+        for (name, p) in [("reorder", f.reorder), ("duplicate", f.duplicate), ("corrupt", f.corrupt)] {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(bad_value(
+                    &format!("{key}.faults.{name}"),
+                    &p.to_string(),
+                    "a probability, 0 to 1",
+                ));
+            }
+        }
+        degree[l.a] += 1;
+        degree[l.b] += 1;
+    }
+    for h in s.hosts() {
+        if degree[h] != 1 {
+            return Err(ScenarioError::HostLinks { host: s.nodes[h].name.clone(), links: degree[h] });
+        }
+    }
+    for (i, f) in s.flows.iter().enumerate() {
+        let key = format!("flows[{i}]");
+        node_ok(format!("{key}.src"), f.src, Some(NodeKind::Host))?;
+        node_ok(format!("{key}.dst"), f.dst, Some(NodeKind::Host))?;
+        if f.src == f.dst {
+            return Err(invalid(key, format!("a flow from {:?} to itself", s.nodes[f.src].name)));
+        }
+        priority(&format!("{key}.priority"), f.priority)?;
+        if f.size == 0 {
+            return Err(bad_value(&format!("{key}.size"), "0", "a flow carries at least one byte"));
+        }
+    }
+    let sw = &s.switch;
+    if sw.buffer_bytes == 0 {
+        return Err(bad_value("switch.buffer", "0", "the buffer must be above zero"));
+    }
+    if !(sw.headroom_rtts.is_finite() && sw.headroom_rtts >= 0.0) {
+        return Err(bad_value("switch.headroom_rtts", &sw.headroom_rtts.to_string(), "a finite number >= 0"));
+    }
+    match sw.pfc {
+        PfcThreshold::Static { xoff, xon } if xon > xoff => {
+            return Err(invalid("switch.pfc_threshold", format!("xon ({xon} B) above xoff ({xoff} B)")));
+        }
+        PfcThreshold::Static { xoff: 0, .. } => {
+            return Err(bad_value("switch.pfc_threshold.xoff", "0", "xoff must be above zero"));
+        }
+        PfcThreshold::Dynamic { base_shift, base_rate_bps, .. } => {
+            if base_shift > 31 {
+                return Err(bad_value(
+                    "switch.pfc_threshold.base_shift",
+                    &base_shift.to_string(),
+                    "at most 31",
+                ));
+            }
+            if base_rate_bps == 0 {
+                return Err(bad_value("switch.pfc_threshold.base_rate", "0", "a rate must be above zero"));
+            }
+        }
+        PfcThreshold::Static { .. } => {}
+    }
+    for (i, r) in sw.ecn.iter().enumerate() {
+        let key = format!("switch.ecn_rules[{i}]");
+        if r.rate_bps == 0 {
+            return Err(bad_value(&format!("{key}.rate"), "0", "a rate must be above zero"));
+        }
+        if r.kmin > r.kmax {
+            return Err(invalid(key, format!("kmin ({} B) above kmax ({} B)", r.kmin, r.kmax)));
+        }
+        if !(0.0..=1.0).contains(&r.pmax) {
+            return Err(bad_value(
+                &format!("{key}.pmax"),
+                &r.pmax.to_string(),
+                "a probability within [0, 1]",
+            ));
+        }
+        if i > 0 && sw.ecn[i - 1].rate_bps >= r.rate_bps {
+            return Err(invalid(format!("{key}.rate"), "ECN rules are listed by ascending rate"));
+        }
+    }
+    if sw.ecn_enabled && sw.ecn.is_empty() {
+        return Err(invalid("switch.ecn_rules", "ECN is on but there is no rule"));
+    }
+    if let Scheduling::Dwrr { weights } = sw.scheduling {
+        if weights.iter().all(|&w| w == 0) {
+            return Err(invalid("switch.dwrr_weights", "at least one weight above zero"));
+        }
+    }
+    let nic = &s.nic;
+    if ![256, 512, 1024, 2048, 4096].contains(&nic.mtu) {
+        return Err(bad_value("nic.mtu", &nic.mtu.to_string(), "expected 256, 512, 1024, 2048 or 4096"));
+    }
+    if let Some(p) = nic.ack_priority {
+        priority("nic.ack_priority", p)?;
+    }
+    if nic.max_unacked_psns == 0 || nic.max_unacked_psns > 1 << 23 {
+        return Err(bad_value(
+            "nic.max_unacked_psns",
+            &nic.max_unacked_psns.to_string(),
+            "a send window of 1..=2^23 PSNs",
+        ));
+    }
+    if nic.chunk_bytes == 0 {
+        return Err(bad_value("nic.chunk", "0", "must be above zero"));
+    }
+    if nic.ack_req_every == 0 {
+        return Err(bad_value("nic.ack_req_every", "0", "at least 1 (an ACK per packet)"));
+    }
+    match nic.cc.as_str() {
+        "none" => {}
+        "dcqcn" => {
+            let mut p = roce_proto::cc::DcqcnParams::named(&nic.dcqcn_set)
+                .map_err(|e| bad_value("nic.dcqcn_set", &nic.dcqcn_set, e.to_string()))?;
+            for (i, kv) in nic.dcqcn_params.iter().enumerate() {
+                p.set_kv(kv).map_err(|e| bad_value(&format!("nic.dcqcn_params[{i}]"), kv, e.to_string()))?;
+            }
+            p.validate().map_err(|e| invalid("nic.dcqcn_params", e.to_string()))?;
+        }
+        other => return Err(bad_value("nic.cc", other, "expected none or dcqcn")),
+    }
+    let linked =
+        |a: NodeId, b: NodeId| s.links.iter().any(|l| (l.a == a && l.b == b) || (l.a == b && l.b == a));
+    for (i, r) in s.routes.iter().enumerate() {
+        let key = format!("routes[{i}]");
+        node_ok(format!("{key}.switch"), r.switch, Some(NodeKind::Switch))?;
+        node_ok(format!("{key}.dst"), r.dst, Some(NodeKind::Host))?;
+        node_ok(format!("{key}.via"), r.via, None)?;
+        if !linked(r.switch, r.via) {
+            return Err(invalid(
+                format!("{key}.via"),
+                format!("{:?} has no link to {:?}", s.nodes[r.switch].name, s.nodes[r.via].name),
+            ));
+        }
+    }
+    for (i, e) in s.events.iter().enumerate() {
+        let key = format!("events[{i}]");
+        match e.kind {
+            EventKind::LinkDown { link } | EventKind::LinkUp { link } if link >= s.links.len() => {
+                return Err(invalid(key, format!("link {link} does not exist ({} links)", s.links.len())));
+            }
+            EventKind::NicStall { host } | EventKind::NicResume { host } => {
+                node_ok(format!("{key}.host"), host, Some(NodeKind::Host))?;
+            }
+            _ => {}
+        }
+    }
+    if let Some(w) = s.watchdog {
+        if w.timeout_ps == 0 {
+            return Err(bad_value("watchdog.timeout", "0", "the timeout must be above zero"));
+        }
+    }
+    for (i, &(node, port)) in s.monitor.ports.iter().enumerate() {
+        let key = format!("monitor.ports[{i}]");
+        node_ok(key.clone(), node, None)?;
+        if port == 0 || port as usize > degree[node] {
+            return Err(bad_value(
+                &key,
+                &format!("{}:{port}", s.nodes[node].name),
+                format!("{:?} has ports 1..={}", s.nodes[node].name, degree[node]),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The port of `node` whose link leads to `peer` (from 1), if any.
+pub fn port_towards(s: &Scenario, node: NodeId, peer: NodeId) -> Option<u32> {
+    s.links
+        .iter()
+        .filter(|l| l.a == node || l.b == node)
+        .position(|l| l.a == peer || l.b == peer)
+        .map(|k| k as u32 + 1)
+}
+
+/// The node at the other end of `node`'s port `port` (from 1), if any.
+pub fn peer_of(s: &Scenario, node: NodeId, port: u32) -> Option<NodeId> {
+    let l = s.links.iter().filter(|l| l.a == node || l.b == node).nth((port as usize).checked_sub(1)?)?;
+    Some(if l.a == node { l.b } else { l.a })
 }

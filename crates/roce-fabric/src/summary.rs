@@ -21,8 +21,8 @@
 use serde_json::{json, Value};
 
 use crate::report::{Ending, QueueRef, Report};
+use crate::scenario::peer_of;
 use crate::scenario::{Scenario, Time};
-use crate::toml_scenario::peer_of;
 
 /// The summary of `report`, a run of `scn` (format in the module docs).
 pub fn summary_json(scn: &Scenario, report: &Report) -> Value {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use roce_fabric::toml_scenario::{peer_of, port_towards};
+use roce_fabric::scenario::{peer_of, port_towards};
 use roce_fabric::{builtin, simulate, Ending, NodeId, Report, Scenario, Time};
 
 /// The lossless priority of the built-ins.

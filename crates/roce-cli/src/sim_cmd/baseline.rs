@@ -137,7 +137,7 @@ impl RunFigures {
         let path = out.join("summary.json");
         let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
         let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| SimCliError::Scenario(format!("{}: {e}", path.display())))?;
+            .map_err(|source| SimCliError::Summary { path: path.clone(), source })?;
         Ok(RunFigures::from_summary(&v))
     }
 }
@@ -145,7 +145,7 @@ impl RunFigures {
 /// One line of the final table.
 struct BaselineRow {
     run: String,
-    result: Result<(RunFigures, Comparison), String>,
+    result: Result<(RunFigures, Comparison), SimCliError>,
 }
 
 /// The topology file of a run (its config's `TOPOLOGY_FILE`, looked for
@@ -217,7 +217,7 @@ pub fn cmd_baseline(args: &BaselineArgs) -> Result<ExitCode, SimCliError> {
             Err(e) => println!("FAILED: {e}"),
         }
         println!();
-        rows.push(BaselineRow { run, result: result.map_err(|e| e.to_string()) });
+        rows.push(BaselineRow { run, result });
     }
     print_baseline_table(&rows, &base_cpu, args.in_process);
     let failed = rows.iter().any(|r| r.result.is_err());

@@ -37,9 +37,7 @@ pub fn cmd_run(args: &RunArgs) -> Result<ExitCode, SimCliError> {
         (_, Some(name)) => builtin::scenario(name).ok_or_else(|| {
             SimCliError::Usage(format!("no built-in scenario {name:?}; there are: {}", builtin_names()))
         })?,
-        (Some(path), None) => {
-            toml_scenario::from_path(path).map_err(|e| SimCliError::Scenario(e.to_string()))?
-        }
+        (Some(path), None) => toml_scenario::from_path(path)?,
         (None, None) => {
             return Err(SimCliError::Usage(format!(
                 "give a scenario file or --builtin NAME ({})",
