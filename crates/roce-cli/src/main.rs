@@ -24,7 +24,7 @@ mod pcap;
 mod perf;
 mod ping;
 mod report;
-mod sim_cmd;
+mod sim;
 mod soak_cmd;
 
 /// A user-space RoCEv2 / RDMA stack.
@@ -57,7 +57,7 @@ enum Command {
     /// TOML and built-in scenarios.
     Sim {
         #[command(subcommand)]
-        command: sim_cmd::SimCommand,
+        command: sim::SimCommand,
     },
     /// Collectives over roce, nccl-tests' `*_perf` programs: all-reduce,
     /// reduce-scatter, all-gather, broadcast, reduce, all-to-all. `--np N`
@@ -89,7 +89,7 @@ fn main() -> ExitCode {
         Command::Soak(args) => soak_cmd::run(&args),
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
-        Command::Sim { command } => sim_cmd::main(&command),
+        Command::Sim { command } => sim::main(&command),
         Command::Exec(args) => exec::main(&args),
         Command::Coll { op } => coll::main(&op),
     }

@@ -295,7 +295,7 @@ fn print_baseline_table(rows: &[BaselineRow], base_cpu: &HashMap<String, f64>, i
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim_cmd::EXIT_USAGE;
+    use crate::sim::EXIT_USAGE;
 
     #[test]
     fn a_missing_baseline_is_a_usage_error() {
