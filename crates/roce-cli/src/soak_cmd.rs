@@ -214,6 +214,28 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         t.queue_full,
         t.sim_ns as f64 / 1e9
     );
+    let d = &s.drawn;
+    let pct = |n: u64| 100.0 * n as f64 / (s.seeds.max(1)) as f64;
+    let _ = writeln!(
+        out,
+        "  seed mix: congestion control {} ({:.1}%: {} hosts, {} CNPs injected, {} rate cuts), \
+         encryption {} ({:.1}%: {} QPs), faults ending then a heal phase {} ({:.1}%), \
+         link blackouts {} ({:.1}%), all of CC + encryption + heal {} ({:.1}%)",
+        d.cc,
+        pct(d.cc),
+        d.cc_hosts,
+        d.cnps,
+        d.rate_cuts,
+        d.crypto,
+        pct(d.crypto),
+        d.crypto_qps,
+        d.healed,
+        pct(d.healed),
+        d.blackouts,
+        pct(d.blackouts),
+        d.all,
+        pct(d.all)
+    );
     if s.failed > 0 {
         let list: Vec<String> = s.failed_seeds.iter().take(50).map(|x| x.to_string()).collect();
         let more = if s.failed_seeds.len() > 50 { " ..." } else { "" };

@@ -1,42 +1,45 @@
 //! Telling a legitimate retry exhaustion from an engine bug.
 //!
-//! Over lossy links RETRY_EXC_ERR is the right outcome when the requester
-//! sent the same request retry_cnt + 1 times and no response to it got
-//! through (each copy, or every answer to it, was lost or corrupted; IBTA
-//! vol. 1 §9.7.6.1.3). The checker cannot see that, so the soak re-runs a
-//! failing seed with the full packet trace and counts it as an exhausted
-//! run, not a failure, only if every RETRY_EXC_ERR in it is explained so.
+//! Over lossy links RETRY_EXC_ERR is the right outcome when the requester's
+//! ACK timer expired retry_cnt + 1 times in a row with nothing heard from
+//! the responder in between: each copy of the stuck request, or every
+//! answer to it, was lost or corrupted (IBTA vol. 1 §9.7.6.1.3; any
+//! response resets the count, §9.7.6.1.4). The checker cannot see that, so
+//! the soak re-runs a failing seed with the full packet trace and counts
+//! it as an exhausted run, not a failure, only if every RETRY_EXC_ERR in
+//! it is explained so.
+//!
+//! The rule read from the trace: after the last response the QP received
+//! (any PSN, any kind), the requester sent its stuck request (the first
+//! it sent after that response) retry_cnt times, or retry_cnt + 1 times
+//! when no send of it before that response was already timed (it was
+//! first sent after it, no response came at all, or the response was an
+//! RNR NAK, after which the resend is not a retry, §9.7.5.2.8).
 
 use roce_proto::WcStatus;
 use roce_wire::{Psn, RocePacket, RocePacketRepr, Syndrome};
 
-use crate::net::trace::{Fate, TraceMode, TraceRecord};
+use crate::net::trace::{without_protection, Fate, TraceMode, TraceRecord};
 use crate::run::{simulate, Config};
 
 /// BTH fields of a recorded datagram as it was sent (a corrupted copy is
-/// recorded as delivered; its flipped bit is flipped back): (request?, dest
-/// QP, PSN).
+/// recorded as delivered; its flipped bit is flipped back; an encrypted
+/// QP's packet is read by its clear headers): (request?, dest QP, PSN).
 fn bth(r: &TraceRecord) -> Option<(bool, u32, Psn)> {
     let mut bytes = r.bytes.clone();
     if let Fate::Corrupted { bit } = r.fate {
         *bytes.get_mut(bit as usize / 8)? ^= 0x80 >> (bit % 8);
     }
+    let bytes = without_protection(&bytes)?;
     let p = RocePacket::new_checked(&bytes[..]).ok()?;
     Some((p.opcode_info().request, p.bth().dest_qp(), p.bth().psn()))
 }
 
-/// Whether a response lets the requester get past `stuck`: it covers a
-/// later PSN, or `stuck` itself other than as a NAK. A PSN sequence-error
-/// NAK at `stuck` asks for `stuck` again (go-back-N, IBTA §9.7.5.2.5); an
-/// RNR NAK there only delays it (§9.7.5.2.8).
-fn progresses(bytes: &[u8], stuck: Psn) -> bool {
-    let Ok(p) = RocePacketRepr::parse(bytes) else { return false };
-    let nak = matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(_) | Syndrome::RnrNak { .. }));
-    if p.bth.psn == stuck {
-        !nak
-    } else {
-        !p.bth.psn.is_before(stuck)
-    }
+/// Whether a response is an RNR NAK (the resend after it is not a retry).
+fn is_rnr_nak(bytes: &[u8]) -> bool {
+    let Some(bytes) = without_protection(bytes) else { return false };
+    let Ok(p) = RocePacketRepr::parse(&bytes) else { return false };
+    matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::RnrNak { .. }))
 }
 
 /// If every RETRY_EXC_ERR of the seed is a legitimate exhaustion, says why
@@ -69,36 +72,26 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
                 _ => None,
             })
             .collect();
-        // The stuck request: the PSN sent most often.
-        let mut best: Option<(Psn, usize)> = None;
-        for &(_, p) in &sent {
-            let n = sent.iter().filter(|(_, q)| *q == p).count();
-            if best.is_none_or(|(_, m)| n > m) {
-                best = Some((p, n));
-            }
-        }
-        let (stuck, n) = best?;
-        let need = usize::from(conn.retry_cnt) + 1;
+        // The last response that reached the QP before the failure.
+        let last = recs
+            .iter()
+            .filter(|r| r.to == Some(e.host) && r.fate == Fate::Delivered)
+            .filter(|r| r.arrive.is_some_and(|t| t <= e.at))
+            .filter(|r| matches!(bth(r), Some((false, q, _)) if q == qpn))
+            .max_by_key(|r| r.arrive);
+        let heard = last.and_then(|r| r.arrive);
+        let after = |r: &TraceRecord| heard.is_none_or(|t| r.sent > t);
+        let stuck = sent.iter().find(|(r, _)| after(r))?.1;
+        let n = sent.iter().filter(|(r, p)| *p == stuck && after(r)).count();
+        let timed_before = sent.iter().any(|(r, p)| *p == stuck && !after(r));
+        let rnr = last.is_some_and(|r| is_rnr_nak(&r.bytes));
+        let need = usize::from(conn.retry_cnt) + usize::from(!timed_before || rnr);
         if n < need {
             return None;
         }
-        let copies: Vec<_> = sent.iter().filter(|(_, p)| *p == stuck).collect();
-        let from = copies[copies.len() - need].0.sent;
-        // An intact response past the stuck PSN, or at it but no NAK,
-        // that arrived in the meantime would have let the requester
-        // progress.
-        let answered = recs.iter().any(|r| {
-            r.to == Some(e.host)
-                && r.fate == Fate::Delivered
-                && r.arrive.is_some_and(|t| t >= from && t <= e.at)
-                && matches!(bth(r), Some((false, q, _)) if q == qpn)
-                && progresses(&r.bytes, stuck)
-        });
-        if answered {
-            return None;
-        }
         why.push(format!(
-            "host {} QP {qpn:#x}: PSN {} sent {n} times, retry_cnt {}, no response got through",
+            "host {} QP {qpn:#x}: PSN {} sent {n} times after the last response, retry_cnt {}, \
+             no response got through",
             e.host, stuck, conn.retry_cnt
         ));
     }

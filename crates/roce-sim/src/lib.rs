@@ -28,5 +28,5 @@ pub mod scenario;
 pub mod soak;
 pub mod workload;
 
-pub use run::{run_seed, simulate, Config, Failure, Report, Run};
-pub use soak::{soak, SoakOptions, Summary, Totals};
+pub use run::{run_seed, simulate, Config, Failure, MixReport, Report, Run};
+pub use soak::{soak, Drawn, SoakOptions, Summary, Totals};

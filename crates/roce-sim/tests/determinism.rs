@@ -37,9 +37,11 @@ fn same_seed_same_trace_other_seed_other_trace() {
 
 #[test]
 fn fingerprint_changes_with_a_single_fault_decision() {
-    // Same plan, different network stream: only the link dice differ.
+    // Same plan, different network stream: only the link dice differ
+    // (faults last until the workload has posted everything).
     let mut cfg = config(TraceMode::Hash);
     cfg.workload.faults.clean_runs = 0.0;
+    cfg.workload.mix.early_heal = 0.0;
     let a = simulate(21, &cfg).net.trace().fingerprint();
     cfg.workload.faults.max_loss = 0.0;
     let b = simulate(21, &cfg).net.trace().fingerprint();

@@ -6,9 +6,19 @@
 use roce_proto::{Duration, MrKeys, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
 use roce_sim::net::Verdict;
 use roce_sim::scenario::{PairOptions, RcPair};
+use roce_sim::workload::MixParams;
 use roce_wire::{NakCode, RocePacketRepr, Syndrome};
 
 const US: u64 = 1_000;
+
+/// The configuration the seeds below were found with: the workload and its
+/// link faults only, faults to the end (no congestion control, encryption,
+/// blackouts or heal phase), so each seed runs as it did then.
+fn before_the_mix() -> roce_sim::Config {
+    let mut cfg = roce_sim::Config::default();
+    cfg.workload.mix = MixParams::NONE;
+    cfg
+}
 
 fn sge(mr: MrKeys, off: u64, length: u32) -> Vec<Sge> {
     vec![Sge { addr: mr.addr + off, length, lkey: mr.lkey }]
@@ -76,8 +86,8 @@ fn stale_sequence_nak_does_not_rewind_a_read() {
     assert!(want == have, "READ data differs");
 }
 
-/// Soak seeds that showed engine bugs, replayed with the default
-/// configuration: 180 and 1307 the stale NAK, 1122 and 2460 the responder
+/// Soak seeds that showed engine bugs, replayed with the configuration
+/// they were found with: 180 and 1307 the stale NAK, 1122 and 2460 the responder
 /// resources, 12222 both resources and the dropped responses after a
 /// rewind, 62 a retired WQE leaving the requester's PSN behind, 1781 the
 /// ACK timer running during an RNR back-off, 127989 transport retries spent
@@ -85,7 +95,7 @@ fn stale_sequence_nak_does_not_rewind_a_read() {
 /// when the engine or the generator changes.)
 #[test]
 fn seeds_that_failed() {
-    let cfg = roce_sim::Config::default();
+    let cfg = before_the_mix();
     let failures: Vec<String> = [62, 180, 1122, 1307, 1781, 2460, 12222, 127989]
         .iter()
         .filter_map(|&s| roce_sim::run_seed(s, &cfg).err())
@@ -158,14 +168,19 @@ fn responses_to_requests_sent_before_a_rewind_are_accepted() {
 /// A RETRY_EXC_ERR is legitimate when the stuck request went out
 /// retry_cnt + 1 times and no response got through: seed 60642 (one of 5
 /// in 200,000) loses or corrupts every copy of a request or its response
-/// eight times in a row. The soak counts it apart, and only after the trace
-/// proves it.
+/// eight times in a row (the first of them before the QP's last response,
+/// which acknowledged an earlier PSN: seven after it). The soak counts it
+/// apart, and only after the trace proves it.
 #[test]
 fn legitimate_retry_exhaustion_is_told_apart() {
-    let cfg = roce_sim::Config::default();
+    let cfg = before_the_mix();
     assert!(roce_sim::run_seed(60642, &cfg).is_err());
     let why = roce_sim::exhaustion::explain(60642, &cfg).expect("a legitimate exhaustion");
-    assert!(why.contains("sent 8 times") && why.contains("no response got through"), "{why}");
+    assert!(
+        why.contains("sent 7 times after the last response, retry_cnt 7")
+            && why.contains("no response got through"),
+        "{why}"
+    );
     // A run without RETRY_EXC_ERR has nothing to explain.
     assert!(roce_sim::exhaustion::explain(0, &cfg).is_none());
 }
@@ -178,8 +193,23 @@ fn legitimate_retry_exhaustion_is_told_apart() {
 /// explanation must not count it as a response that got through.
 #[test]
 fn a_sequence_nak_at_the_stuck_psn_is_no_answer() {
-    let cfg = roce_sim::Config::default();
+    let cfg = before_the_mix();
     assert!(roce_sim::run_seed(56836, &cfg).is_err());
     let why = roce_sim::exhaustion::explain(56836, &cfg).expect("a legitimate exhaustion");
     assert!(why.contains("host 1 QP") && why.contains("host 3 QP"), "{why}");
+}
+
+/// Seed 17605 of the seed mix (a blackout, encrypted QPs): a READ's
+/// responses arrive before those of the READ ahead of it; the requester
+/// goes back for the first READ and ignores them, then takes the first
+/// READ's answer (its last response) and retransmits the second READ into
+/// the blackout retry_cnt times. Those ignored responses are no answer to
+/// the stuck READ: the chain of retries starts at the last response the QP
+/// received, and the clear headers of the encrypted packets are read.
+#[test]
+fn responses_the_requester_ignored_are_no_answer() {
+    let cfg = roce_sim::Config::default();
+    assert!(roce_sim::run_seed(17605, &cfg).is_err());
+    let why = roce_sim::exhaustion::explain(17605, &cfg).expect("a legitimate exhaustion");
+    assert!(why.contains("PSN 31 sent 7 times after the last response"), "{why}");
 }
