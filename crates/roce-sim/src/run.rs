@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
 
-use roce_proto::{AsyncEvent, Duration, Instant};
+use roce_proto::{AsyncEvent, Duration, Instant, WcStatus};
 
 use crate::check::{self, FailureKind, Findings, LedgerTap, UdLedger};
 use crate::driver::{Completion, Driver};
@@ -60,6 +60,8 @@ pub struct Report {
     pub duplicate_requests: u64,
     /// Posts that met a full queue and waited.
     pub queue_full: u64,
+    /// Send WRs that completed with RETRY_EXC_ERR.
+    pub retry_exhausted: usize,
     /// What the seed drew beside its workload.
     pub mix: MixReport,
 }
@@ -255,6 +257,9 @@ impl Run {
             net: net.stats(),
             trace_fingerprint: net.trace().fingerprint(),
             queue_full: self.observed.queue_full,
+            retry_exhausted: (self.observed.completions.iter())
+                .filter(|c| !c.is_recv() && c.wc.status == WcStatus::RetryExcErr)
+                .count(),
             mix: MixReport {
                 cc_hosts: plan.mix.cc_hosts(),
                 crypto_qps: plan.mix.crypto.len(),

@@ -213,3 +213,20 @@ fn responses_the_requester_ignored_are_no_answer() {
     let why = roce_sim::exhaustion::explain(17605, &cfg).expect("a legitimate exhaustion");
     assert!(why.contains("PSN 31 sent 7 times after the last response"), "{why}");
 }
+
+/// Seed 111935 of the seed mix: a probe's stream (WRITE, SEND with
+/// Invalidate, then the WRITE with the invalidated R_Key) meets a blackout
+/// before the responder executes its WRITE: the requester exhausts its
+/// retries on that first WR. The probe check accepts a RETRY_EXC_ERR up to
+/// the bad WR (a responder in error is mute), but the WRITE's bytes and the
+/// SEND's receive are then missing, so the run fails without naming the
+/// RETRY_EXC_ERR; the soak must still ask the trace, which proves the
+/// exhaustion legitimate.
+#[test]
+fn a_probe_stopped_by_a_blackout_is_explained() {
+    let cfg = roce_sim::Config::default();
+    let f = roce_sim::run_seed(111935, &cfg).expect_err("the probe's effects are missing");
+    assert!(f.report.retry_exhausted > 0 && !f.to_string().contains("RetryExcErr"), "{f}");
+    let s = roce_sim::soak(111935, 1, &cfg, roce_sim::SoakOptions::default(), |_| {});
+    assert_eq!((s.failed, s.exhausted.len()), (0, 1), "{:?}", s.exhausted);
+}
