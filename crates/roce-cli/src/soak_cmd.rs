@@ -1,4 +1,4 @@
-//! `roce soak`: runs the deterministic simulation (`roce-sim`) over a range
+//! `roce soak`: runs the fault-injection harness (`roce-harness`) over a range
 //! of seeds: random verbs workloads on simulated hosts over faulty links,
 //! each run checked against a shadow model. Prints a progress line while it
 //! runs and a summary at the end; every failure names its seed, and
@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use roce_sim::net::trace::describe;
-use roce_sim::net::{pcap::write_pcap, TraceMode};
-use roce_sim::{soak, Config, SoakOptions, Summary};
+use roce_harness::net::trace::describe;
+use roce_harness::net::{pcap::write_pcap, TraceMode};
+use roce_harness::{soak, Config, SoakOptions, Summary};
 
 #[derive(Debug, clap::Args)]
 pub struct SoakArgs {
@@ -151,7 +151,7 @@ pub fn run(args: &SoakArgs) -> ExitCode {
     print_summary(&s, args);
     let mut status = if s.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     if args.trace && args.seeds == 1 {
-        let run = roce_sim::simulate(args.start, &Config { trace: TraceMode::Full, ..cfg.clone() });
+        let run = roce_harness::simulate(args.start, &Config { trace: TraceMode::Full, ..cfg.clone() });
         for r in run.net.trace().records() {
             println!("{}", describe(r));
         }
@@ -248,7 +248,7 @@ fn dump_pcap(dir: &std::path::Path, seed: u64, cfg: &Config) -> Result<(), Strin
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut cfg = cfg.clone();
     cfg.trace = TraceMode::Full;
-    let run = roce_sim::simulate(seed, &cfg);
+    let run = roce_harness::simulate(seed, &cfg);
     let path = dir.join(format!("seed-{seed}.pcap"));
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     write_pcap(run.net.trace().records(), std::io::BufWriter::new(file))

@@ -3,10 +3,10 @@
 //! matter), plus the seeds that first showed them. All are fixed; these
 //! tests keep them fixed.
 
+use roce_harness::net::Verdict;
+use roce_harness::scenario::{PairOptions, RcPair};
+use roce_harness::workload::MixParams;
 use roce_proto::{Duration, MrKeys, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus};
-use roce_sim::net::Verdict;
-use roce_sim::scenario::{PairOptions, RcPair};
-use roce_sim::workload::MixParams;
 use roce_wire::{NakCode, RocePacketRepr, Syndrome};
 
 const US: u64 = 1_000;
@@ -14,8 +14,8 @@ const US: u64 = 1_000;
 /// The configuration the seeds below were found with: the workload and its
 /// link faults only, faults to the end (no congestion control, encryption,
 /// blackouts or heal phase), so each seed runs as it did then.
-fn before_the_mix() -> roce_sim::Config {
-    let mut cfg = roce_sim::Config::default();
+fn before_the_mix() -> roce_harness::Config {
+    let mut cfg = roce_harness::Config::default();
     cfg.workload.mix = MixParams::NONE;
     cfg
 }
@@ -98,7 +98,7 @@ fn seeds_that_failed() {
     let cfg = before_the_mix();
     let failures: Vec<String> = [62, 180, 1122, 1307, 1781, 2460, 12222, 127989]
         .iter()
-        .filter_map(|&s| roce_sim::run_seed(s, &cfg).err())
+        .filter_map(|&s| roce_harness::run_seed(s, &cfg).err())
         .map(|f| f.to_string())
         .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -174,15 +174,15 @@ fn responses_to_requests_sent_before_a_rewind_are_accepted() {
 #[test]
 fn legitimate_retry_exhaustion_is_told_apart() {
     let cfg = before_the_mix();
-    assert!(roce_sim::run_seed(60642, &cfg).is_err());
-    let why = roce_sim::exhaustion::explain(60642, &cfg).expect("a legitimate exhaustion");
+    assert!(roce_harness::run_seed(60642, &cfg).is_err());
+    let why = roce_harness::exhaustion::explain(60642, &cfg).expect("a legitimate exhaustion");
     assert!(
         why.contains("sent 7 times after the last response, retry_cnt 7")
             && why.contains("no response got through"),
         "{why}"
     );
     // A run without RETRY_EXC_ERR has nothing to explain.
-    assert!(roce_sim::exhaustion::explain(0, &cfg).is_none());
+    assert!(roce_harness::exhaustion::explain(0, &cfg).is_none());
 }
 
 /// Seed 56836: host 1's READ exhausts its retries; its QP in error, host 3
@@ -194,8 +194,8 @@ fn legitimate_retry_exhaustion_is_told_apart() {
 #[test]
 fn a_sequence_nak_at_the_stuck_psn_is_no_answer() {
     let cfg = before_the_mix();
-    assert!(roce_sim::run_seed(56836, &cfg).is_err());
-    let why = roce_sim::exhaustion::explain(56836, &cfg).expect("a legitimate exhaustion");
+    assert!(roce_harness::run_seed(56836, &cfg).is_err());
+    let why = roce_harness::exhaustion::explain(56836, &cfg).expect("a legitimate exhaustion");
     assert!(why.contains("host 1 QP") && why.contains("host 3 QP"), "{why}");
 }
 
@@ -208,9 +208,9 @@ fn a_sequence_nak_at_the_stuck_psn_is_no_answer() {
 /// received, and the clear headers of the encrypted packets are read.
 #[test]
 fn responses_the_requester_ignored_are_no_answer() {
-    let cfg = roce_sim::Config::default();
-    assert!(roce_sim::run_seed(17605, &cfg).is_err());
-    let why = roce_sim::exhaustion::explain(17605, &cfg).expect("a legitimate exhaustion");
+    let cfg = roce_harness::Config::default();
+    assert!(roce_harness::run_seed(17605, &cfg).is_err());
+    let why = roce_harness::exhaustion::explain(17605, &cfg).expect("a legitimate exhaustion");
     assert!(why.contains("PSN 31 sent 7 times after the last response"), "{why}");
 }
 
@@ -224,9 +224,9 @@ fn responses_the_requester_ignored_are_no_answer() {
 /// exhaustion legitimate.
 #[test]
 fn a_probe_stopped_by_a_blackout_is_explained() {
-    let cfg = roce_sim::Config::default();
-    let f = roce_sim::run_seed(111935, &cfg).expect_err("the probe's effects are missing");
+    let cfg = roce_harness::Config::default();
+    let f = roce_harness::run_seed(111935, &cfg).expect_err("the probe's effects are missing");
     assert!(f.report.retry_exhausted > 0 && !f.to_string().contains("RetryExcErr"), "{f}");
-    let s = roce_sim::soak(111935, 1, &cfg, roce_sim::SoakOptions::default(), |_| {});
+    let s = roce_harness::soak(111935, 1, &cfg, roce_harness::SoakOptions::default(), |_| {});
     assert_eq!((s.failed, s.exhausted.len()), (0, 1), "{:?}", s.exhausted);
 }

@@ -1,10 +1,10 @@
 //! The checks can fail: a passing run, tampered with after the fact in one
 //! way at a time, must be rejected by the check that owns the broken rule.
 
+use roce_harness::check::FailureKind;
+use roce_harness::workload::{MrKind, OpKind};
+use roce_harness::{simulate, Config, Run};
 use roce_proto::{AsyncEvent, AttrMask, Duration, QpAttr, QpState};
-use roce_sim::check::FailureKind;
-use roce_sim::workload::{MrKind, OpKind};
-use roce_sim::{simulate, Config, Run};
 
 /// A passing run with WRITEs, SENDs, shared counters and UD receives.
 fn rich() -> Run {

@@ -18,7 +18,7 @@ use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacketRepr};
 use super::plan::*;
 use crate::net::Network;
 
-/// Depth of every CQ (the driver drains them after every step).
+/// Depth of every CQ (the application drains them after every step).
 const CQ_DEPTH: usize = 1 << 14;
 
 /// A host's verbs objects.

@@ -9,8 +9,8 @@ use std::rc::Rc;
 
 use roce_proto::{AsyncEvent, Duration, Instant, WcStatus};
 
+use crate::application::{Application, Completion};
 use crate::check::{self, FailureKind, Findings, LedgerTap, UdLedger};
-use crate::driver::{Completion, Driver};
 use crate::net::{HostId, Limits, LinkParams, NetStats, Network, RunEnd, TraceMode, Verdict};
 use crate::rng::SimRng;
 use crate::workload::{self, Live, Params, Plan};
@@ -181,20 +181,20 @@ pub fn simulate(seed: u64, cfg: &Config) -> Run {
     };
     match workload::setup(&run.plan, &mut run.net) {
         Ok(live) => {
-            let mut driver = Driver::new(&run.plan, &live);
-            driver.schedule(&mut run.net);
+            let mut app = Application::new(&run.plan, &live);
+            app.schedule(&mut run.net);
             // The heal bound, or the configured limit if that comes first.
             let until = plan_deadline(&run.plan).min(Instant::ZERO + cfg.time_limit);
             let limits = Limits { until, max_events: cfg.max_events };
-            run.end = run.net.run(&mut driver, limits);
-            driver.poll(&mut run.net);
-            let unposted = driver.unposted_sends();
+            run.end = run.net.run(&mut app, limits);
+            app.poll(&mut run.net);
+            let unposted = app.unposted_sends();
             run.observed = Observed {
-                completions: driver.completions,
-                events: driver.events,
-                errors: driver.errors,
+                completions: app.completions,
+                events: app.events,
+                errors: app.errors,
                 unposted,
-                queue_full: driver.queue_full,
+                queue_full: app.queue_full,
             };
             run.live = Some(live);
             run.result = run.check();

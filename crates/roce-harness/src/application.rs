@@ -73,7 +73,7 @@ impl Action {
 }
 
 /// Posts WRs and polls CQs; an [`App`] for [`Network::run`].
-pub struct Driver<'a> {
+pub struct Application<'a> {
     plan: &'a Plan,
     live: &'a Live,
     actions: Vec<(Instant, Action)>,
@@ -89,9 +89,9 @@ pub struct Driver<'a> {
     buf: Vec<Wc>,
 }
 
-impl<'a> Driver<'a> {
+impl<'a> Application<'a> {
     /// Receive WRs come first among actions due at the same time.
-    pub fn new(plan: &'a Plan, live: &'a Live) -> Driver<'a> {
+    pub fn new(plan: &'a Plan, live: &'a Live) -> Application<'a> {
         let mut actions = Vec::new();
         for (list, r) in plan.recvs.iter().enumerate() {
             actions.extend(r.wqes.iter().enumerate().map(|(wqe, w)| (w.post_at, Action::Recv { list, wqe })));
@@ -103,7 +103,7 @@ impl<'a> Driver<'a> {
         actions.extend(mix.cnps.iter().enumerate().map(|(i, c)| (c.at, Action::Cnp(i))));
         actions.extend(mix.heal_at.map(|t| (t, Action::Heal)));
         actions.sort_by_key(|a| a.0);
-        Driver {
+        Application {
             plan,
             live,
             actions,
@@ -206,7 +206,7 @@ fn heal(plan: &Plan, net: &mut Network) {
     }
 }
 
-impl App for Driver<'_> {
+impl App for Application<'_> {
     fn on_step(&mut self, net: &mut Network, wakes: &[u64]) {
         // Earlier WRs waiting for room go first.
         let waiting: Vec<Queue> = self.backlog.keys().copied().collect();
