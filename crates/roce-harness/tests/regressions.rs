@@ -230,3 +230,23 @@ fn a_probe_stopped_by_a_blackout_is_explained() {
     let s = roce_harness::soak(111935, 1, &cfg, roce_harness::SoakOptions::default(), |_| {});
     assert_eq!((s.failed, s.exhausted.len()), (0, 1), "{:?}", s.exhausted);
 }
+
+/// Seed 37152 of the seed mix: a READ's first response is corrupted, the
+/// requester goes back for it (a gap, not a retry) and the answers to the
+/// READs behind it, now past a gap, are ignored; it then retries the READ
+/// into a blackout. Those later answers are no progress: the chain of
+/// retries starts at the last response at or before the stuck PSN.
+/// Seed 74394: a READ whose first response came resumes at the next PSN
+/// (a READ request inside the range of its first send), retried seven
+/// times: that PSN was timed before, as the first send's.
+#[test]
+fn answers_past_a_gap_and_resumed_reads_are_read_right() {
+    let cfg = roce_harness::Config::default();
+    for (seed, why) in
+        [(37152, "PSN 6331034 sent 8 times"), (74394, "host 0 QP 0xd3b8fc: PSN 11 sent 7 times")]
+    {
+        assert!(roce_harness::run_seed(seed, &cfg).is_err());
+        let got = roce_harness::exhaustion::explain(seed, &cfg).expect("a legitimate exhaustion");
+        assert!(got.contains(why), "seed {seed}: {got}");
+    }
+}
