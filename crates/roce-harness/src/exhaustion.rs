@@ -17,7 +17,8 @@
 //! response was already timed (it was first sent after it, no response
 //! came at all, or the response was an RNR NAK, after which the resend
 //! is not a retry, §9.7.5.2.8); and no plain ACK past it arrived since
-//! (it would acknowledge the stuck request). A READ resumed mid-message
+//! (it would acknowledge the stuck request, unless that is a READ or an
+//! atomic, whose answer it then reports lost). A READ resumed mid-message
 //! carries a PSN inside the range of its first send, which counts as a
 //! send of it.
 
@@ -63,6 +64,11 @@ fn last_psn(r: &TraceRecord, psn: Psn, mtu: usize) -> Psn {
         }
         _ => psn,
     }
+}
+
+/// Whether a request is an RDMA READ or an atomic (its answer carries data).
+fn reads_or_atomic(r: &TraceRecord) -> bool {
+    as_sent(r).and_then(|b| b.first().copied()).is_some_and(|op| matches!(op, 0x0c | 0x13 | 0x14))
 }
 
 /// Whether a response is an ACKNOWLEDGE that is no NAK (it acknowledges
@@ -134,8 +140,12 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
             let last = heard.iter().filter(|h| !stuck.is_before(h.1)).max_by_key(|h| h.0);
             let from = last.map(|h| h.0);
             let after = |r: &TraceRecord| from.is_none_or(|t| r.sent > t);
-            // A plain ACK past the stuck PSN after that acknowledges it.
-            let acked = heard.iter().any(|h| from.is_none_or(|t| h.0 > t) && stuck.is_before(h.1) && h.2);
+            // A plain ACK past the stuck PSN after that acknowledges it,
+            // unless it is a READ or an atomic, which need their own answer
+            // (an ACK past one says it was lost, §9.7.5.1.2).
+            let needs_answer = sent.iter().any(|(r, p)| *p == stuck && reads_or_atomic(r));
+            let acked = !needs_answer
+                && heard.iter().any(|h| from.is_none_or(|t| h.0 > t) && stuck.is_before(h.1) && h.2);
             let n = sent.iter().filter(|(r, p)| *p == stuck && after(r)).count();
             // A send of the stuck request before the chain, or of a READ
             // whose range holds its PSN, already ran the ACK timer; an RNR

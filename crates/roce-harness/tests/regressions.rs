@@ -238,7 +238,9 @@ fn a_probe_stopped_by_a_blackout_is_explained() {
 /// retries starts at the last response at or before the stuck PSN.
 /// Seed 74394: a READ whose first response came resumes at the next PSN
 /// (a READ request inside the range of its first send), retried seven
-/// times: that PSN was timed before, as the first send's.
+/// times: that PSN was timed before, as the first send's. Seed 122747: a
+/// CMP_SWAP's answer is corrupted and a plain ACK past it arrives; that
+/// ACK reports the atomic's answer lost, it does not acknowledge it.
 #[test]
 fn answers_past_a_gap_and_resumed_reads_are_read_right() {
     let cfg = roce_harness::Config::default();
