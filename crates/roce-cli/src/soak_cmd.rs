@@ -1,4 +1,4 @@
-//! `roce soak`: runs the deterministic simulation (`roce-sim`) over a range
+//! `roce soak`: runs the fault-injection harness (`roce-harness`) over a range
 //! of seeds: random verbs workloads on simulated hosts over faulty links,
 //! each run checked against a shadow model. Prints a progress line while it
 //! runs and a summary at the end; every failure names its seed, and
@@ -12,9 +12,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use roce_sim::net::trace::describe;
-use roce_sim::net::{pcap::write_pcap, TraceMode};
-use roce_sim::{soak, Config, SoakOptions, Summary};
+use roce_harness::net::trace::describe;
+use roce_harness::net::{pcap::write_pcap, TraceMode};
+use roce_harness::{soak, Config, SoakOptions, Summary};
 
 #[derive(Debug, clap::Args)]
 pub struct SoakArgs {
@@ -151,7 +151,7 @@ pub fn run(args: &SoakArgs) -> ExitCode {
     print_summary(&s, args);
     let mut status = if s.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     if args.trace && args.seeds == 1 {
-        let run = roce_sim::simulate(args.start, &Config { trace: TraceMode::Full, ..cfg.clone() });
+        let run = roce_harness::simulate(args.start, &Config { trace: TraceMode::Full, ..cfg.clone() });
         for r in run.net.trace().records() {
             println!("{}", describe(r));
         }
@@ -214,6 +214,28 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         t.queue_full,
         t.sim_ns as f64 / 1e9
     );
+    let d = &s.drawn;
+    let pct = |n: u64| 100.0 * n as f64 / (s.seeds.max(1)) as f64;
+    let _ = writeln!(
+        out,
+        "  seed mix: congestion control {} ({:.1}%: {} hosts, {} CNPs injected, {} rate cuts), \
+         encryption {} ({:.1}%: {} QPs), faults ending then a heal phase {} ({:.1}%), \
+         link blackouts {} ({:.1}%), all of CC + encryption + heal {} ({:.1}%)",
+        d.cc,
+        pct(d.cc),
+        d.cc_hosts,
+        d.cnps,
+        d.rate_cuts,
+        d.crypto,
+        pct(d.crypto),
+        d.crypto_qps,
+        d.healed,
+        pct(d.healed),
+        d.blackouts,
+        pct(d.blackouts),
+        d.all,
+        pct(d.all)
+    );
     if s.failed > 0 {
         let list: Vec<String> = s.failed_seeds.iter().take(50).map(|x| x.to_string()).collect();
         let more = if s.failed_seeds.len() > 50 { " ..." } else { "" };
@@ -226,7 +248,7 @@ fn dump_pcap(dir: &std::path::Path, seed: u64, cfg: &Config) -> Result<(), Strin
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut cfg = cfg.clone();
     cfg.trace = TraceMode::Full;
-    let run = roce_sim::simulate(seed, &cfg);
+    let run = roce_harness::simulate(seed, &cfg);
     let path = dir.join(format!("seed-{seed}.pcap"));
     let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     write_pcap(run.net.trace().records(), std::io::BufWriter::new(file))

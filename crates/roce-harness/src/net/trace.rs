@@ -57,7 +57,13 @@ pub fn describe(r: &TraceRecord) -> String {
     let arrive = r.arrive.map_or("-".to_string(), |t| t.0.to_string());
     let what = match roce_wire::RocePacketRepr::parse(&r.bytes) {
         Ok(p) => p.to_string(),
-        Err(e) => format!("({e})"),
+        Err(e) => {
+            let clear = without_protection(&r.bytes);
+            match clear.as_deref().map(roce_wire::RocePacketRepr::parse) {
+                Some(Ok(p)) => format!("PROTECTED {p}"),
+                _ => format!("({e})"),
+            }
+        }
     };
     format!(
         "#{} {}ns->{arrive}ns h{}->h{} {fate}{what}",
@@ -66,6 +72,27 @@ pub fn describe(r: &TraceRecord) -> String {
         r.from,
         r.to.map_or(-1, |h| h as i64)
     )
+}
+
+/// The clear headers of a packet of an encrypted QP (`roce_proto::crypto`:
+/// BTH and extension headers in clear, then SEQ, ciphertext and TAG) as a
+/// packet of their own: the headers and the ICRC, with the protected part
+/// dropped where the opcode carries no payload and kept as the payload
+/// where it does. `None` if the opcode is unknown or the packet shorter
+/// than its headers.
+pub fn without_protection(bytes: &[u8]) -> Option<Vec<u8>> {
+    let info = roce_wire::opcode::lookup(*bytes.first()?)?;
+    let hdr = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+    let icrc = roce_wire::icrc::ICRC_LEN;
+    if bytes.len() < hdr + icrc {
+        return None;
+    }
+    if info.payload {
+        return Some(bytes.to_vec());
+    }
+    let mut v = bytes[..hdr].to_vec();
+    v.extend_from_slice(&bytes[bytes.len() - icrc..]);
+    Some(v)
 }
 
 /// A non-cryptographic 64-bit fingerprint, fed in 8-byte words (cheap even

@@ -1,13 +1,14 @@
-//! Deterministic simulation of the roce engine: simulated hosts, each
-//! running a `roce_proto::Engine`, on a seeded discrete-event network with
-//! faults, driven by random verbs workloads and judged by a shadow model.
+//! The fault-injection harness of the roce engine: simulated hosts, each
+//! running a `roce_proto::Engine`, on the fabric simulator's seeded
+//! discrete-event network with faults, driven by random verbs workloads
+//! and judged by a shadow model (TigerBeetle's VOPR is the model).
 //!
 //! ```text
 //! seed ─┬─ workload::generate ─> Plan ─ workload::setup ─> engines, MRs, QPs
+//!       ├─ workload::mix (DCQCN + CNPs, encryption, blackouts, heal time)
 //!       └─ net (links: delay, jitter, loss, reorder, duplicate, corrupt)
-//! driver: posts WRs at their times, polls CQs   <──  Network::run (the
-//!                                                     fabric simulator's
-//!                                                     event loop, a mesh)
+//! application: posts WRs at their   <──  Network::run (the fabric
+//! times, polls CQs, plays the mix          simulator's event loop, a mesh)
 //! check::verify: liveness, counters, completions, atomics, UD, every byte
 //! ```
 //!
@@ -18,8 +19,8 @@
 //! [`scenario`] builds a connected RC pair and [`net::Rule`]s drop, delay or
 //! duplicate exactly the packets a test is about.
 
+pub mod application;
 pub mod check;
-pub mod driver;
 pub mod exhaustion;
 pub mod net;
 pub mod rng;
@@ -28,5 +29,5 @@ pub mod scenario;
 pub mod soak;
 pub mod workload;
 
-pub use run::{run_seed, simulate, Config, Failure, Report, Run};
-pub use soak::{soak, SoakOptions, Summary, Totals};
+pub use run::{run_seed, simulate, Config, Failure, MixReport, Report, Run};
+pub use soak::{soak, Drawn, SoakOptions, Summary, Totals};

@@ -346,6 +346,9 @@ pub struct Plan {
     pub streams: Vec<Stream>,
     pub recvs: Vec<RecvList>,
     pub counters: Vec<SharedCounter>,
+    /// What the seed drew beside the workload (see `mix`; empty until
+    /// `mix::draw`).
+    pub mix: super::mix::Mix,
 }
 
 impl Plan {

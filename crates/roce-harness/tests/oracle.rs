@@ -14,9 +14,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
-use roce_sim::net::pcap::write_pcap;
-use roce_sim::net::{Fate, TraceMode, TraceRecord};
-use roce_sim::{simulate, Config};
+use roce_harness::net::pcap::write_pcap;
+use roce_harness::net::{Fate, TraceMode, TraceRecord};
+use roce_harness::{simulate, Config};
 use roce_test_support::pcap_oracle as oracle;
 
 /// The oracle's JSON summary of a capture, and its exit status.
@@ -40,7 +40,7 @@ fn write(path: &Path, recs: &[&TraceRecord]) {
 
 /// The first seed whose run passes and carries IPv4 and IPv6, UD,
 /// READ, atomics, SEND with Invalidate and corrupted copies.
-fn rich_run() -> roce_sim::Run {
+fn rich_run() -> roce_harness::Run {
     let cfg = Config { trace: TraceMode::Full, ..Config::default() };
     for seed in 0..200 {
         let run = simulate(seed, &cfg);
@@ -63,7 +63,7 @@ fn oracle_accepts_every_intact_frame_and_rejects_every_corrupted_one() {
     let recs = run.net.trace().records();
     let (bad, good): (Vec<&TraceRecord>, Vec<&TraceRecord>) =
         recs.iter().partition(|r| matches!(r.fate, Fate::Corrupted { .. }));
-    let dir = std::env::temp_dir().join(format!("roce-sim-oracle-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("roce-harness-oracle-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (good_path, bad_path) = (dir.join("intact.pcap"), dir.join("corrupted.pcap"));
     write(&good_path, &good);

@@ -3,6 +3,43 @@
 
 use crate::run::{run_seed, Config, Failure, Report};
 
+/// How many seeds drew each feature of the mix (every seed run counts,
+/// whatever its outcome).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Drawn {
+    /// Seeds with congestion control on some host.
+    pub cc: u64,
+    /// Seeds with encrypted QPs.
+    pub crypto: u64,
+    /// Seeds whose faults ended, followed by a heal phase.
+    pub healed: u64,
+    /// Seeds with link blackouts.
+    pub blackouts: u64,
+    /// Seeds with congestion control, encryption and a heal phase at once.
+    pub all: u64,
+    /// Hosts with congestion control, encrypted QPs, injected CNPs and
+    /// the rate cuts they caused, over all seeds.
+    pub cc_hosts: u64,
+    pub crypto_qps: u64,
+    pub cnps: u64,
+    pub rate_cuts: u64,
+}
+
+impl Drawn {
+    fn add(&mut self, r: &Report) {
+        let m = &r.mix;
+        self.cc += u64::from(m.cc_hosts > 0);
+        self.crypto += u64::from(m.crypto_qps > 0);
+        self.healed += u64::from(m.healed);
+        self.blackouts += u64::from(m.blackouts > 0);
+        self.all += u64::from(m.cc_hosts > 0 && m.crypto_qps > 0 && m.healed);
+        self.cc_hosts += m.cc_hosts as u64;
+        self.crypto_qps += m.crypto_qps as u64;
+        self.cnps += m.cnps as u64;
+        self.rate_cuts += m.rate_cuts;
+    }
+}
+
 /// Totals over the passing runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Totals {
@@ -68,6 +105,8 @@ pub struct Summary {
     /// Seeds of every failure.
     pub failed_seeds: Vec<u64>,
     pub totals: Totals,
+    /// The seed mix.
+    pub drawn: Drawn,
     pub wall: std::time::Duration,
 }
 
@@ -99,16 +138,22 @@ pub fn soak(
         failures: Vec::new(),
         failed_seeds: Vec::new(),
         totals: Totals::default(),
+        drawn: Drawn::default(),
         wall: std::time::Duration::ZERO,
     };
     for seed in start..start.saturating_add(count) {
         s.seeds += 1;
-        match run_seed(seed, cfg) {
+        let result = run_seed(seed, cfg);
+        s.drawn.add(result.as_ref().unwrap_or_else(|f| &f.report));
+        match result {
             Ok(r) => {
                 s.passed += 1;
                 s.totals.add(&r);
             }
-            Err(f) if f.to_string().contains("RetryExcErr") && explained(seed, cfg, &mut s) => {}
+            // Any RETRY_EXC_ERR, even one the checks accept (a probe's):
+            // a stream that stopped early leaves its later effects
+            // missing, and only the trace can tell why it stopped.
+            Err(f) if f.report.retry_exhausted > 0 && explained(seed, cfg, &mut s) => {}
             Err(f) => {
                 s.failed += 1;
                 s.failed_seeds.push(seed);

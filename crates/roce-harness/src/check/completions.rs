@@ -18,7 +18,7 @@ use roce_proto::{WcOpcode, WcStatus, WC_WITH_IMM, WC_WITH_INV};
 
 use super::findings::{FailureKind, Findings};
 use super::Ctx;
-use crate::driver::Completion;
+use crate::application::Completion;
 use crate::net::HostId;
 use crate::workload::{Op, OpKind, ProbeKind, QpIdx, RecvQueue, Stream};
 

@@ -1,28 +1,45 @@
 //! Whole-run rules: liveness (the run quiesces with every send WR posted and
-//! every send queue empty within the time and event bounds), the engines' counters agree with the
-//! network (every corrupted copy was dropped by its ICRC, every delivered
-//! copy was received, nothing misrouted), and async events happen only
-//! where the plan provokes errors.
+//! every send queue empty by the mix's heal bound, within the event bound,
+//! and no QP is in error but where a probe or a retry exhaustion puts it),
+//! the engines' counters agree with the network (every corrupted copy was
+//! dropped by its ICRC, every delivered or injected copy was received,
+//! every injected CNP reached its QP, nothing misrouted or unauthenticated),
+//! and async events happen only where the plan provokes errors.
 
 use std::collections::BTreeSet;
 
-use roce_proto::AsyncEvent;
+use roce_proto::{AsyncEvent, QpState, WcStatus};
 
 use super::findings::{FailureKind, Findings};
 use super::Ctx;
 use crate::net::RunEnd;
 
+/// The run ended with nothing on the wire: idle, or stopped at the heal
+/// bound with only timers left (a reaction point raises its rate back to
+/// the line rate on a timer, long after its QP went idle; an outstanding
+/// WR is caught by the per-QP check).
+fn quiet(ctx: &Ctx<'_>) -> bool {
+    match ctx.end {
+        RunEnd::Idle => true,
+        RunEnd::TimeLimit => ctx.net.stats().in_flight() == 0,
+        RunEnd::EventLimit => false,
+    }
+}
+
 pub fn check_liveness(ctx: &Ctx<'_>, f: &mut Findings) {
     let net = ctx.net;
-    if ctx.end != RunEnd::Idle {
+    let mix = &ctx.plan.mix;
+    if !quiet(ctx) {
         f.fail(
             FailureKind::Liveness,
             format!(
-                "{:?} at t={}ns after {} events with {} still pending",
+                "{:?} at t={}ns after {} events with {} still pending (faults end at {}ns, heal bound {}ns)",
                 ctx.end,
                 net.now().0,
                 net.stats().events,
-                net.pending()
+                net.pending(),
+                mix.faults_end().0,
+                mix.deadline.0
             ),
         );
     }
@@ -50,6 +67,45 @@ pub fn check_liveness(ctx: &Ctx<'_>, f: &mut Findings) {
             );
         }
     }
+    check_error_states(ctx, f);
+}
+
+/// A QP ends in the error state only where a probe puts it (its remote
+/// error, or the retries its requester spends on a responder that went
+/// mute), or where its requester exhausted its retries (RETRY_EXC_ERR,
+/// which the soak accepts only when the trace shows every copy of the
+/// stuck request, or every answer to it, lost: `exhaustion`). Anything
+/// else broke a healed connection.
+fn check_error_states(ctx: &Ctx<'_>, f: &mut Findings) {
+    let (plan, live) = (ctx.plan, ctx.live);
+    let probe_qps: BTreeSet<usize> = plan
+        .streams
+        .iter()
+        .filter(|s| s.probe.is_some())
+        .flat_map(|s| [s.qp, plan.qps[s.qp].conn.expect("probe is RC").peer])
+        .collect();
+    let exhausted: BTreeSet<(usize, u32)> = ctx
+        .completions
+        .iter()
+        .filter(|c| c.wc.status == WcStatus::RetryExcErr)
+        .map(|c| (c.host, c.wc.qp_num))
+        .collect();
+    for (i, q) in plan.qps.iter().enumerate() {
+        let qpn = live.qpns[i];
+        let e = ctx.net.engine(q.host);
+        if e.qp_state(qpn) != Some(QpState::Err) || probe_qps.contains(&i) {
+            continue;
+        }
+        if !exhausted.contains(&(q.host, qpn)) {
+            f.fail(
+                FailureKind::Liveness,
+                format!(
+                    "host {} QP {qpn:#x} ({:?}) is in error with no fault to justify it",
+                    q.host, q.qp_type
+                ),
+            );
+        }
+    }
 }
 
 pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
@@ -62,6 +118,8 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
         sum.sent_pkts += c.sent_pkts;
         sum.rcvd_pkts += c.rcvd_pkts;
         sum.icrc_errors += c.icrc_errors;
+        sum.cnp_sent += c.cnp_sent;
+        sum.cnp_rcvd += c.cnp_rcvd;
         for (name, v) in c.iter() {
             let must_be_zero = matches!(
                 name,
@@ -71,6 +129,8 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
                     | "addr_mismatch_dropped"
                     | "pkey_violation_dropped"
                     | "qkey_violation_dropped"
+                    | "crypto_auth_failed"
+                    | "cnp_dropped"
             );
             if must_be_zero && v != 0 {
                 f.fail(FailureKind::Accounting, format!("engine {:?} counted {name} = {v}", e.config().gids));
@@ -83,7 +143,7 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
             format!("engines sent {} packets, the network carried {}", sum.sent_pkts, st.sent),
         );
     }
-    if ctx.end == RunEnd::Idle {
+    if quiet(ctx) {
         if sum.icrc_errors != st.corrupted {
             f.fail(
                 FailureKind::Accounting,
@@ -93,10 +153,22 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
                 ),
             );
         }
-        if sum.rcvd_pkts != st.delivered + st.corrupted {
+        let came = st.delivered + st.corrupted + st.injected;
+        if sum.rcvd_pkts != came {
             f.fail(
                 FailureKind::Accounting,
-                format!("{} copies delivered but {} received", st.delivered + st.corrupted, sum.rcvd_pkts),
+                format!("{came} copies delivered or injected but {} received", sum.rcvd_pkts),
+            );
+        }
+        // No link marks CE, so no notification point speaks: every CNP
+        // received is one the mix injected.
+        if sum.cnp_sent != 0 || sum.cnp_rcvd != st.injected {
+            f.fail(
+                FailureKind::Accounting,
+                format!(
+                    "{} CNPs injected, {} received, {} sent with no CE mark",
+                    st.injected, sum.cnp_rcvd, sum.cnp_sent
+                ),
             );
         }
     }

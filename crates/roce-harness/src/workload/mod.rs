@@ -3,6 +3,7 @@
 
 mod gen;
 mod memory;
+pub mod mix;
 mod params;
 mod plan;
 mod recv;
@@ -12,6 +13,7 @@ mod ud;
 
 pub use gen::{generate, GRH_LEN};
 pub use memory::{ATOM, LAND, RECV, SRC, TGT, UDOUT};
+pub use mix::{Mix, MixParams};
 pub use params::{Faults, Params};
 pub use plan::*;
 pub use setup::{setup, Live, LiveHost};

@@ -55,6 +55,8 @@ pub struct Params {
     /// reordering causes spurious retransmissions (duplicates to handle).
     pub tight_timeouts: bool,
     pub faults: Faults,
+    /// How often seeds draw congestion control, encryption and blackouts.
+    pub mix: super::mix::MixParams,
 }
 
 impl Default for Params {
@@ -72,6 +74,7 @@ impl Default for Params {
             tight_timeouts: true,
             small_queues: true,
             faults: Faults::default(),
+            mix: super::mix::MixParams::default(),
         }
     }
 }

@@ -118,7 +118,7 @@ impl RcPair {
     /// Every completion waiting on a side's CQ.
     pub fn poll(&mut self, side: usize) -> Vec<Wc> {
         let cq = self.sides[side].cq;
-        let mut buf = [crate::driver::blank_wc(); 64];
+        let mut buf = [crate::application::blank_wc(); 64];
         let mut out = Vec::new();
         loop {
             let n = self.engine(side).poll_cq(cq, &mut buf).expect("CQ ok");

@@ -1,10 +1,10 @@
 //! The checks can fail: a passing run, tampered with after the fact in one
 //! way at a time, must be rejected by the check that owns the broken rule.
 
-use roce_proto::{AsyncEvent, Duration};
-use roce_sim::check::FailureKind;
-use roce_sim::workload::{MrKind, OpKind};
-use roce_sim::{simulate, Config, Run};
+use roce_harness::check::FailureKind;
+use roce_harness::workload::{MrKind, OpKind};
+use roce_harness::{simulate, Config, Run};
+use roce_proto::{AsyncEvent, AttrMask, Duration, QpAttr, QpState};
 
 /// A passing run with WRITEs, SENDs, shared counters and UD receives.
 fn rich() -> Run {
@@ -125,4 +125,22 @@ fn event_and_liveness_checks_fail_when_they_should() {
     let seed = run.seed;
     let f = simulate(seed, &cfg).result.expect_err("150 us is too short for any rich run");
     assert_eq!(f.kind, FailureKind::Liveness, "{f}");
+}
+
+/// Liveness after the heal phase: a QP that ends in the error state with no
+/// probe and no retry exhaustion to justify it fails the run.
+#[test]
+fn a_qp_in_error_without_a_fault_fails_liveness() {
+    let mut run = rich();
+    let rc =
+        run.plan.streams.iter().find(|s| s.probe.is_none()).map(|s| run.plan.qps[s.qp].conn.unwrap().peer);
+    let rc = rc.expect("an RC stream");
+    let (host, qpn) = (run.plan.qps[rc].host, run.live.as_ref().unwrap().qpns[rc]);
+    let attr = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+    run.net.engine_mut(host).modify_qp(qpn, &attr, AttrMask::STATE).expect("any state may go to ERR");
+    let f = run.check().expect_err("a QP in error");
+    assert!(
+        f.findings.items.iter().any(|(k, m)| *k == FailureKind::Liveness && m.contains("no fault")),
+        "{f}"
+    );
 }

@@ -12,12 +12,13 @@ use roce_proto::{
     QpType, RecvWr, SendOp, SendWr, Sge, SrqId, UdDest,
 };
 
-use roce_wire::Psn;
+use roce_proto::datagram::{datagram_icrc, DatagramMeta};
+use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacketRepr};
 
 use super::plan::*;
 use crate::net::Network;
 
-/// Depth of every CQ (the driver drains them after every step).
+/// Depth of every CQ (the application drains them after every step).
 const CQ_DEPTH: usize = 1 << 14;
 
 /// A host's verbs objects.
@@ -52,6 +53,11 @@ pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
         cfg.ack_req_every = hp.device.ack_req_every;
         cfg.max_unacked_psns = hp.device.max_unacked_psns;
         cfg.ecn = hp.device.ecn;
+        if let Some(cc) = plan.mix.cc.get(i).and_then(Option::as_ref) {
+            cfg.cc = cc.algorithm();
+            cfg.line_rate_bps = cc.line_rate_bps;
+            cfg.cnp = cc.cnp;
+        }
         let id = net.add_host(Engine::new(cfg, hp.engine_seed));
         assert_eq!(id, i, "hosts are added in plan order");
         let e = net.engine_mut(id);
@@ -103,6 +109,11 @@ pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
             sq_sig_all: q.sq_sig_all,
         };
         qpns.push(net.engine_mut(q.host).create_qp(init).map_err(|x| err("create_qp", x))?);
+    }
+    // Keys before the first transition (`set_qp_keys` refuses an RTS QP).
+    for (i, keys) in &plan.mix.crypto {
+        let q = &plan.qps[*i];
+        net.engine_mut(q.host).set_qp_keys(qpns[*i], keys).map_err(|x| err("set_qp_keys", x))?;
     }
     let sq_psns: Vec<u32> = plan
         .qps
@@ -218,6 +229,44 @@ impl Live {
             inline: op.inline,
             ud,
         }
+    }
+
+    /// A CNP to RC QP `qp` from its peer (Annex A17.9.3: BTH opcode 0x81
+    /// naming the marked QP, BECN set, PSN 0, 16 reserved bytes, ICRC) and
+    /// the addresses it travels with: what the peer's notification point
+    /// sends when the QP's packets meet a congested switch.
+    pub fn cnp(&self, plan: &Plan, qp: QpIdx) -> (DatagramMeta, Vec<u8>) {
+        let q = &plan.qps[qp];
+        let c = q.conn.expect("a CNP names an RC QP");
+        let meta = DatagramMeta {
+            src: c.dgid,
+            dst: plan.hosts[q.host].gids[usize::from(c.sgid_index)],
+            src_port: 0xc000 | (qp as u16 & 0x3fff),
+            dst_port: roce_wire::ROCE_PORT,
+            ecn: 0,
+            ipv4_id: Some(0),
+        };
+        let repr = RocePacketRepr {
+            bth: BthRepr {
+                opcode: roce_wire::opcode::CNP,
+                solicited: false,
+                mig_req: false,
+                pkey: roce_wire::bth::DEFAULT_PKEY,
+                fecn: false,
+                becn: true,
+                dest_qp: self.qpns[qp],
+                ack_req: false,
+                psn: Psn::new(0),
+            },
+            ext: ExtHeaders::default(),
+            payload: &[],
+        };
+        let mut bytes = vec![0; repr.buffer_len().expect("a CNP has a length")];
+        repr.emit(&mut bytes).expect("sized above");
+        let n = bytes.len() - roce_wire::icrc::ICRC_LEN;
+        let crc = datagram_icrc(&meta, &bytes[..n]).expect("one address family");
+        bytes[n..].copy_from_slice(&crc.to_le_bytes());
+        (meta, bytes)
     }
 
     pub fn recv_wr(&self, w: &RecvWqe) -> RecvWr {

@@ -7,11 +7,11 @@ use std::cell::RefCell;
 use std::fmt;
 use std::rc::Rc;
 
-use roce_proto::{AsyncEvent, Duration, Instant};
+use roce_proto::{AsyncEvent, Duration, Instant, WcStatus};
 
+use crate::application::{Application, Completion};
 use crate::check::{self, FailureKind, Findings, LedgerTap, UdLedger};
-use crate::driver::{Completion, Driver};
-use crate::net::{HostId, Limits, LinkParams, NetStats, Network, RunEnd, TraceMode};
+use crate::net::{HostId, Limits, LinkParams, NetStats, Network, RunEnd, TraceMode, Verdict};
 use crate::rng::SimRng;
 use crate::workload::{self, Live, Params, Plan};
 
@@ -60,6 +60,27 @@ pub struct Report {
     pub duplicate_requests: u64,
     /// Posts that met a full queue and waited.
     pub queue_full: u64,
+    /// Send WRs that completed with RETRY_EXC_ERR.
+    pub retry_exhausted: usize,
+    /// What the seed drew beside its workload.
+    pub mix: MixReport,
+}
+
+/// The features of a seed's mix (see `workload::mix`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MixReport {
+    /// Hosts running DCQCN.
+    pub cc_hosts: usize,
+    /// Encrypted RC QPs.
+    pub crypto_qps: usize,
+    /// CNPs injected.
+    pub cnps: usize,
+    /// Rate cuts the reaction points made.
+    pub rate_cuts: u64,
+    /// Link blackouts.
+    pub blackouts: usize,
+    /// The links' faults ended during the run (a faulty seed).
+    pub healed: bool,
 }
 
 /// A run that broke a rule.
@@ -118,6 +139,12 @@ pub struct Run {
     pub result: Result<Report, Failure>,
 }
 
+/// The time by which a run must be quiet: the mix's heal bound (just
+/// after it, so that an event due at the bound itself still runs).
+fn plan_deadline(plan: &Plan) -> Instant {
+    Instant(plan.mix.deadline.0.saturating_add(1))
+}
+
 /// Runs one seed and checks it.
 pub fn run_seed(seed: u64, cfg: &Config) -> Result<Report, Failure> {
     simulate(seed, cfg).result
@@ -126,10 +153,22 @@ pub fn run_seed(seed: u64, cfg: &Config) -> Result<Report, Failure> {
 /// Runs one seed and keeps everything (network, trace, memory, completions).
 pub fn simulate(seed: u64, cfg: &Config) -> Run {
     let root = SimRng::new(seed);
-    let plan = workload::generate(&mut root.fork("plan"), &cfg.workload);
+    let mut plan = workload::generate(&mut root.fork("plan"), &cfg.workload);
+    workload::mix::draw(&mut root.fork("mix"), &mut plan, &cfg.workload.mix);
     let mut net = Network::new(root.fork("net"), LinkParams::ideal(Duration::from_micros(1)), cfg.trace);
     let ledger = Rc::new(RefCell::new(UdLedger::default()));
     net.add_tap(Box::new(LedgerTap(ledger.clone())));
+    let dark = plan.mix.blackouts.clone();
+    if !dark.is_empty() {
+        net.add_rule(Box::new(move |now: Instant, from, to, _: &[u8]| {
+            let hit = dark.iter().any(|b| b.link == (from, to) && b.from <= now && now < b.until);
+            if hit {
+                Verdict::Drop
+            } else {
+                Verdict::Pass
+            }
+        }));
+    }
     let mut run = Run {
         seed,
         plan,
@@ -142,18 +181,20 @@ pub fn simulate(seed: u64, cfg: &Config) -> Run {
     };
     match workload::setup(&run.plan, &mut run.net) {
         Ok(live) => {
-            let mut driver = Driver::new(&run.plan, &live);
-            driver.schedule(&mut run.net);
-            let limits = Limits { until: Instant::ZERO + cfg.time_limit, max_events: cfg.max_events };
-            run.end = run.net.run(&mut driver, limits);
-            driver.poll(&mut run.net);
-            let unposted = driver.unposted_sends();
+            let mut app = Application::new(&run.plan, &live);
+            app.schedule(&mut run.net);
+            // The heal bound, or the configured limit if that comes first.
+            let until = plan_deadline(&run.plan).min(Instant::ZERO + cfg.time_limit);
+            let limits = Limits { until, max_events: cfg.max_events };
+            run.end = run.net.run(&mut app, limits);
+            app.poll(&mut run.net);
+            let unposted = app.unposted_sends();
             run.observed = Observed {
-                completions: driver.completions,
-                events: driver.events,
-                errors: driver.errors,
+                completions: app.completions,
+                events: app.events,
+                errors: app.errors,
                 unposted,
-                queue_full: driver.queue_full,
+                queue_full: app.queue_full,
             };
             run.live = Some(live);
             run.result = run.check();
@@ -216,6 +257,17 @@ impl Run {
             net: net.stats(),
             trace_fingerprint: net.trace().fingerprint(),
             queue_full: self.observed.queue_full,
+            retry_exhausted: (self.observed.completions.iter())
+                .filter(|c| !c.is_recv() && c.wc.status == WcStatus::RetryExcErr)
+                .count(),
+            mix: MixReport {
+                cc_hosts: plan.mix.cc_hosts(),
+                crypto_qps: plan.mix.crypto.len(),
+                cnps: plan.mix.cnps.len(),
+                rate_cuts: 0,
+                blackouts: plan.mix.blackouts.len(),
+                healed: plan.mix.heal_at.is_some(),
+            },
             ..Report::default()
         };
         for h in 0..net.host_count() {
@@ -224,6 +276,7 @@ impl Run {
             r.seq_naks += c.rcvd_seq_err;
             r.timeouts += c.completer_retry_err;
             r.duplicate_requests += c.duplicate_request;
+            r.mix.rate_cuts += c.cc_rate_cuts;
         }
         r
     }

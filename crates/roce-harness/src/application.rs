@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use roce_proto::{AsyncEvent, Instant, VerbsError, Wc, WcOpcode, WcStatus};
 
-use crate::net::{App, HostId, Network};
+use crate::net::{App, HostId, LinkParams, Network};
 use crate::workload::{Live, Plan, RecvQueue};
 
 /// A completion as the application polled it.
@@ -37,11 +37,21 @@ pub fn blank_wc() -> Wc {
     Wc { status: WcStatus::GeneralErr, ..Wc::EMPTY }
 }
 
-/// A timed posting.
+/// A timed posting, or an event of the seed's mix.
 #[derive(Debug, Clone, Copy)]
 enum Action {
-    Send { stream: usize, op: usize },
-    Recv { list: usize, wqe: usize },
+    Send {
+        stream: usize,
+        op: usize,
+    },
+    Recv {
+        list: usize,
+        wqe: usize,
+    },
+    /// The mix's `cnps[i]` reaches its QP.
+    Cnp(usize),
+    /// The links' random faults end.
+    Heal,
 }
 
 /// Which queue an action posts to (its backlog).
@@ -52,16 +62,18 @@ enum Queue {
 }
 
 impl Action {
-    fn queue(self) -> Queue {
+    /// The queue a posting waits in (`None`: not a posting).
+    fn queue(self) -> Option<Queue> {
         match self {
-            Action::Send { stream, .. } => Queue::Send(stream),
-            Action::Recv { list, .. } => Queue::Recv(list),
+            Action::Send { stream, .. } => Some(Queue::Send(stream)),
+            Action::Recv { list, .. } => Some(Queue::Recv(list)),
+            Action::Cnp(_) | Action::Heal => None,
         }
     }
 }
 
 /// Posts WRs and polls CQs; an [`App`] for [`Network::run`].
-pub struct Driver<'a> {
+pub struct Application<'a> {
     plan: &'a Plan,
     live: &'a Live,
     actions: Vec<(Instant, Action)>,
@@ -77,9 +89,9 @@ pub struct Driver<'a> {
     buf: Vec<Wc>,
 }
 
-impl<'a> Driver<'a> {
+impl<'a> Application<'a> {
     /// Receive WRs come first among actions due at the same time.
-    pub fn new(plan: &'a Plan, live: &'a Live) -> Driver<'a> {
+    pub fn new(plan: &'a Plan, live: &'a Live) -> Application<'a> {
         let mut actions = Vec::new();
         for (list, r) in plan.recvs.iter().enumerate() {
             actions.extend(r.wqes.iter().enumerate().map(|(wqe, w)| (w.post_at, Action::Recv { list, wqe })));
@@ -87,8 +99,11 @@ impl<'a> Driver<'a> {
         for (stream, s) in plan.streams.iter().enumerate() {
             actions.extend(s.ops.iter().enumerate().map(|(op, o)| (o.post_at, Action::Send { stream, op })));
         }
+        let mix = &plan.mix;
+        actions.extend(mix.cnps.iter().enumerate().map(|(i, c)| (c.at, Action::Cnp(i))));
+        actions.extend(mix.heal_at.map(|t| (t, Action::Heal)));
         actions.sort_by_key(|a| a.0);
-        Driver {
+        Application {
             plan,
             live,
             actions,
@@ -123,6 +138,7 @@ impl<'a> Driver<'a> {
                 let wr = live.send_wr(plan, &s.ops[op]);
                 (net.engine_mut(plan.qps[s.qp].host).post_send(live.qpns[s.qp], wr), s.ops[op].wr_id)
             }
+            Action::Cnp(_) | Action::Heal => unreachable!("not a posting"),
             Action::Recv { list, wqe } => {
                 let l = &plan.recvs[list];
                 let w = &l.wqes[wqe];
@@ -182,7 +198,15 @@ impl<'a> Driver<'a> {
     }
 }
 
-impl App for Driver<'_> {
+/// Every link keeps its delay, jitter and rate and loses its faults.
+fn heal(plan: &Plan, net: &mut Network) {
+    for &(link, p) in &plan.links {
+        let clean = LinkParams { loss: 0.0, reorder: 0.0, duplicate: 0.0, corrupt: 0.0, ..p };
+        net.set_link(link.0, link.1, clean);
+    }
+}
+
+impl App for Application<'_> {
     fn on_step(&mut self, net: &mut Network, wakes: &[u64]) {
         // Earlier WRs waiting for room go first.
         let waiting: Vec<Queue> = self.backlog.keys().copied().collect();
@@ -191,10 +215,20 @@ impl App for Driver<'_> {
         }
         for &w in wakes {
             let a = self.actions[w as usize].1;
-            self.backlog.entry(a.queue()).or_default().push_back(a);
-            self.drain(net, a.queue());
-            if self.backlog.contains_key(&a.queue()) {
-                self.queue_full += 1;
+            match (a, a.queue()) {
+                (_, Some(q)) => {
+                    self.backlog.entry(q).or_default().push_back(a);
+                    self.drain(net, q);
+                    if self.backlog.contains_key(&q) {
+                        self.queue_full += 1;
+                    }
+                }
+                (Action::Cnp(i), None) => {
+                    let qp = self.plan.mix.cnps[i].qp;
+                    let (meta, bytes) = self.live.cnp(self.plan, qp);
+                    net.inject(self.plan.qps[qp].host, &meta, &bytes);
+                }
+                (_, None) => heal(self.plan, net),
             }
         }
         self.poll(net);

@@ -44,6 +44,7 @@ pub fn generate(rng: &mut SimRng, p: &Params) -> Plan {
             streams: Vec::new(),
             recvs: Vec::new(),
             counters: Vec::new(),
+            mix: Default::default(),
         },
         next_wr: 1,
         next_ud_id: 1,

@@ -54,8 +54,18 @@ pub struct NetStats {
     pub duplicated: u64,
     /// Copies whose destination address no host owns.
     pub unroutable: u64,
+    /// Datagrams handed to an engine from outside the links
+    /// ([`Network::inject`]).
+    pub injected: u64,
     /// Events processed.
     pub events: u64,
+}
+
+impl NetStats {
+    /// Copies on a link now: put on one and neither delivered nor lost yet.
+    pub fn in_flight(&self) -> u64 {
+        (self.sent + self.duplicated).saturating_sub(self.delivered + self.corrupted + self.lost)
+    }
 }
 
 /// What the application does when the network wakes it.
@@ -362,6 +372,16 @@ impl Network {
             app.on_step(self, &wakes);
             self.flush();
         }
+    }
+
+    /// Hands host `to` a datagram that came by no link (a CNP a congested
+    /// path would have made its peer send), now; counted in
+    /// [`NetStats::injected`]. The NICs take what the engine answers at the
+    /// next [`Network::flush`].
+    pub fn inject(&mut self, to: HostId, meta: &roce_proto::DatagramMeta, bytes: &[u8]) {
+        let now = self.now();
+        self.wire_mut().stats.injected += 1;
+        self.engine_mut(to).handle_datagram(now, meta, bytes);
     }
 
     /// Lets every NIC take what its engine has to send, and re-arms the

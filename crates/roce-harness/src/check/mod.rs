@@ -15,7 +15,7 @@ use roce_proto::AsyncEvent;
 pub use findings::{FailureKind, Findings};
 pub use ud::{LedgerTap, UdLedger};
 
-use crate::driver::Completion;
+use crate::application::Completion;
 use crate::net::{HostId, Network, RunEnd};
 use crate::workload::{Live, Plan};
 

@@ -1,0 +1,264 @@
+//! What a seed draws beside its workload (TigerBeetle's VOPR swarm: every
+//! seed turns some features on and leaves others off, so that the checker
+//! meets each feature alone and in every company):
+//!
+//! * congestion control per host: off, or DCQCN with a named parameter set
+//!   (`paper`, `nvidia`, `hpcc` at the host's line rate) and some of its
+//!   fields varied, a line rate and a CNP interval; the reaction point of
+//!   each of the host's RC requesters then meets congestion notifications
+//!   (CNPs, Annex A17.9.3) at drawn times;
+//! * encryption (AES-128-GCM, `Engine::set_qp_keys`) on some RC QP pairs;
+//! * faults that end: the links' random faults stop at `heal_at`, and some
+//!   links go dark for a while before that (a blackout: every packet is
+//!   lost);
+//! * a heal phase: every operation must have completed by `deadline`, a
+//!   bound computed from the plan (the last posting, the ACK timeouts, the
+//!   RNR timers and the time the plan's bytes take at the slowest rate).
+//!
+//! The mix draws from its own random stream, so a seed's workload (hosts,
+//! QPs, work requests, link parameters) is the same with or without it.
+
+use roce_proto::cc::{CcAlgorithm, DcqcnParams, Fraction};
+use roce_proto::config::CnpConfig;
+use roce_proto::time::{ack_timeout, rnr_timer};
+use roce_proto::{DirectionKey, Duration, Instant, QpKeys};
+
+use super::gen::US;
+use super::plan::{OpKind, Plan, QpIdx};
+use crate::net::HostId;
+use crate::rng::SimRng;
+
+/// How often a seed draws each feature of the mix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixParams {
+    /// Seeds whose hosts may run congestion control (each host then draws
+    /// it with probability 3/4).
+    pub cc_runs: f64,
+    /// Seeds with encrypted QP pairs (each RC pair then draws it with
+    /// probability 1/2).
+    pub crypto_runs: f64,
+    /// Faulty seeds whose links go dark for a while.
+    pub blackout_runs: f64,
+    /// Faults end and a heal phase follows (off: faults last the whole
+    /// run and the run has until `Config::time_limit` to finish).
+    pub heal: bool,
+    /// Faulty seeds whose faults end while the workload still posts (the
+    /// others' end after its last WR).
+    pub early_heal: f64,
+}
+
+impl MixParams {
+    /// The harness before the mix: the workload and its link faults only,
+    /// to the end of the run (each seed then runs as it did then).
+    pub const NONE: MixParams =
+        MixParams { cc_runs: 0.0, crypto_runs: 0.0, blackout_runs: 0.0, heal: false, early_heal: 0.0 };
+}
+
+impl Default for MixParams {
+    fn default() -> Self {
+        MixParams { cc_runs: 0.4, crypto_runs: 0.3, blackout_runs: 0.3, heal: true, early_heal: 0.5 }
+    }
+}
+
+/// A host's congestion control.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCc {
+    /// The named set the parameters start from.
+    pub set: &'static str,
+    pub params: DcqcnParams,
+    pub line_rate_bps: u64,
+    pub cnp: CnpConfig,
+}
+
+impl HostCc {
+    pub fn algorithm(&self) -> CcAlgorithm {
+        CcAlgorithm::Dcqcn(self.params.clone())
+    }
+}
+
+/// A directed link that loses every packet in `[from, until)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blackout {
+    pub link: (HostId, HostId),
+    pub from: Instant,
+    pub until: Instant,
+}
+
+/// A CNP the network brings to a requester QP at `at`, as a congested
+/// switch on its path would make its peer send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CnpInjection {
+    pub at: Instant,
+    pub qp: QpIdx,
+}
+
+/// Everything a seed drew beside its workload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Mix {
+    /// Per host: its congestion control (`None`: line rate).
+    pub cc: Vec<Option<HostCc>>,
+    /// Encrypted RC QPs with their keys (both QPs of a pair are listed).
+    pub crypto: Vec<(QpIdx, QpKeys)>,
+    pub cnps: Vec<CnpInjection>,
+    pub blackouts: Vec<Blackout>,
+    /// When the links' random faults end (`None`: the links are clean
+    /// throughout).
+    pub heal_at: Option<Instant>,
+    /// Every posted WR must have completed, and the network be quiet, by
+    /// then (without a heal phase: never, the run's time limit applies).
+    pub deadline: Instant,
+}
+
+impl Mix {
+    /// The first time after which no fault, drawn or directed, strikes.
+    pub fn faults_end(&self) -> Instant {
+        let dark = self.blackouts.iter().map(|b| b.until).max().unwrap_or(Instant::ZERO);
+        self.heal_at.unwrap_or(Instant::ZERO).max(dark)
+    }
+
+    pub fn cc_hosts(&self) -> usize {
+        self.cc.iter().flatten().count()
+    }
+}
+
+/// Draws the mix of a plan (the plan keeps its workload; only `plan.mix`
+/// is set).
+pub fn draw(rng: &mut SimRng, plan: &mut Plan, p: &MixParams) {
+    let mut m = Mix { cc: vec![None; plan.hosts.len()], ..Mix::default() };
+    let last_post = last_post(plan);
+    if rng.chance(p.cc_runs) {
+        for h in 0..plan.hosts.len() {
+            if rng.chance(0.75) {
+                m.cc[h] = Some(host_cc(rng));
+            }
+        }
+        cnps(rng, plan, &mut m, last_post);
+    }
+    if rng.chance(p.crypto_runs) {
+        for (i, q) in plan.qps.iter().enumerate() {
+            let Some(c) = q.conn else { continue };
+            // Each pair once, from its lower QP.
+            if c.peer > i && rng.chance(0.5) {
+                let (a, b) = (direction_key(rng), direction_key(rng));
+                m.crypto.push((i, QpKeys { tx: a.clone(), rx: b.clone() }));
+                m.crypto.push((c.peer, QpKeys { tx: b, rx: a }));
+            }
+        }
+    }
+    if !p.heal {
+        m.deadline = Instant(u64::MAX - 1);
+        plan.mix = m;
+        return;
+    }
+    let faulty = plan.links.iter().any(|(_, l)| l.loss + l.reorder + l.duplicate + l.corrupt > 0.0);
+    if faulty {
+        // Some faulty seeds heal while the workload still posts, the others
+        // after its last WR.
+        let end = last_post.0 + 500 * US;
+        let at = if rng.chance(p.early_heal) { rng.range(50 * US, end) } else { end + rng.below(2_000 * US) };
+        m.heal_at = Some(Instant(at));
+        if rng.chance(p.blackout_runs) {
+            for _ in 0..rng.range(1, 3) {
+                let (link, _) = *rng.pick(&plan.links);
+                let from = rng.below(at);
+                let len = rng.range(10 * US, 20_000 * US).min(at - from);
+                m.blackouts.push(Blackout { link, from: Instant(from), until: Instant(from + len) });
+            }
+        }
+    }
+    m.deadline = deadline(plan, &m, last_post);
+    plan.mix = m;
+}
+
+/// The latest posting time of any WR.
+fn last_post(plan: &Plan) -> Instant {
+    let sends = plan.streams.iter().flat_map(|s| s.ops.iter().map(|o| o.post_at));
+    let recvs = plan.recvs.iter().flat_map(|r| r.wqes.iter().map(|w| w.post_at));
+    sends.chain(recvs).max().unwrap_or(Instant::ZERO)
+}
+
+/// DCQCN from a named set with some fields varied, a line rate, and the
+/// notification point's CNP spacing.
+fn host_cc(rng: &mut SimRng) -> HostCc {
+    let line_rate_bps = *rng.pick(&[10, 25, 40, 100]) * 1_000_000_000;
+    let set = *rng.pick(&DcqcnParams::SET_NAMES);
+    let mut p = match set {
+        "hpcc" => DcqcnParams::hpcc_at(line_rate_bps),
+        name => DcqcnParams::named(name).expect("a known set"),
+    };
+    if rng.chance(0.5) {
+        p.g = *rng.pick(&[Fraction::new(1, 256), Fraction::new(1, 16), Fraction::new(5, 1024)]);
+    }
+    if rng.chance(0.5) {
+        p.rate_decrease_period = Duration(rng.range(US, 60 * US));
+    }
+    if rng.chance(0.5) {
+        p.rate_increase_period = Duration(rng.range(5 * US, 300 * US));
+        p.alpha_period = Duration(rng.range(US, 60 * US));
+    }
+    if rng.chance(0.5) {
+        p.min_rate_bps = *rng.pick(&[100_000_000, 500_000_000, 1_000_000_000]);
+    }
+    if rng.chance(0.3) {
+        p.rate_on_first_cnp_bps = line_rate_bps / rng.range(2, 10);
+    }
+    if rng.chance(0.3) {
+        p.byte_counter_bytes = rng.range(0, 1 << 20);
+        p.fast_recovery_steps = rng.range(1, 5) as u32;
+    }
+    p.min_time_between_cnps = Duration(*rng.pick(&[0, US, 4 * US, 50 * US]));
+    p.validate().expect("drawn inside the ranges");
+    let cnp = CnpConfig { enabled: true, min_interval: p.min_time_between_cnps, dscp: Some(p.cnp_dscp) };
+    HostCc { set, params: p, line_rate_bps, cnp }
+}
+
+/// Up to 8 CNPs for each RC requester of a host with congestion control,
+/// while its stream posts and a little after.
+fn cnps(rng: &mut SimRng, plan: &Plan, m: &mut Mix, last_post: Instant) {
+    for s in &plan.streams {
+        let q = &plan.qps[s.qp];
+        if q.conn.is_none() || m.cc[q.host].is_none() || s.ops.is_empty() {
+            continue;
+        }
+        let start = s.ops[0].post_at.0;
+        let end = s.ops.iter().map(|o| o.post_at.0).max().unwrap_or(start).max(last_post.0) + 300 * US;
+        for _ in 0..rng.below(9) {
+            m.cnps.push(CnpInjection { at: Instant(rng.range(start, end)), qp: s.qp });
+        }
+    }
+    m.cnps.sort_by_key(|c| c.at);
+}
+
+fn direction_key(rng: &mut SimRng) -> DirectionKey {
+    let mut k = DirectionKey { key: [0; 16], salt: [0; 4] };
+    rng.fill(&mut k.key);
+    rng.fill(&mut k.salt);
+    k
+}
+
+/// The heal bound: once no fault strikes and every WR is posted, each
+/// outstanding request is retransmitted within one ACK timeout (the engine
+/// does not back off, IBTA vol. 1 §9.7.6.1.3 leaves it free to) and then
+/// answered; a probe's requester whose NAK was lost spends retry_cnt plus
+/// one timeouts on a responder that stays mute (§9.7.6.1.3); an RNR NAK
+/// costs one RNR timer; the rest is the time the plan's bytes take at the
+/// slowest rate any requester may be cut to. Each of these is counted
+/// several times over: the bound catches a stuck QP, not a slow one.
+fn deadline(plan: &Plan, m: &Mix, last_post: Instant) -> Instant {
+    let conns = plan.qps.iter().filter_map(|q| q.conn);
+    let ack = conns.clone().filter_map(|c| ack_timeout(c.timeout)).map(|d| d.0).max().unwrap_or(0);
+    let retries = conns.clone().map(|c| u64::from(c.retry_cnt)).max().unwrap_or(0);
+    let rnr = conns.map(|c| rnr_timer(c.min_rnr_timer).0).max().unwrap_or(0);
+    let bytes: u64 = plan
+        .streams
+        .iter()
+        .flat_map(|s| s.ops.iter())
+        .map(|o| u64::from(o.len) + if matches!(o.kind, OpKind::Read { .. }) { 64 } else { 1024 })
+        .sum();
+    let link_rate = plan.links.iter().filter_map(|(_, l)| l.rate_bps).min().unwrap_or(u64::MAX);
+    let cc_rate = m.cc.iter().flatten().map(|c| c.params.min_rate_bps).min().unwrap_or(u64::MAX);
+    let slowest = link_rate.min(cc_rate);
+    let wire = if slowest == u64::MAX { 0 } else { bytes.saturating_mul(8_000_000_000) / slowest };
+    let start = last_post.max(m.faults_end());
+    Instant(start.0 + (retries + 4) * ack + 16 * rnr + 2 * wire + 10_000 * US)
+}
