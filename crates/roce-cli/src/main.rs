@@ -25,7 +25,7 @@ mod perf;
 mod ping;
 mod report;
 mod sim;
-mod soak_cmd;
+mod soak;
 
 /// A user-space RoCEv2 / RDMA stack.
 #[derive(Debug, Parser)]
@@ -44,8 +44,8 @@ enum Command {
         #[command(subcommand)]
         command: PcapCommand,
     },
-    /// Run the deterministic simulation over many seeds (see `soak_cmd`).
-    Soak(soak_cmd::SoakArgs),
+    /// Run the deterministic simulation over many seeds (see `soak`).
+    Soak(soak::SoakArgs),
     /// perftest's benchmarks over the UDP driver (ib_write_bw, ib_read_lat, ...).
     Perf {
         #[command(subcommand)]
@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Pcap { command: PcapCommand::Decode(args) } => pcap::run(&args).exit_code(),
-        Command::Soak(args) => soak_cmd::run(&args),
+        Command::Soak(args) => soak::run(&args),
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
         Command::Sim { command } => sim::main(&command),

@@ -1,5 +1,5 @@
 //! The faults a link deals each datagram, shared by the fabric's links and
-//! the fault-injection harness (`roce-sim`, a full mesh of one-way links).
+//! the fault-injection harness (`roce-harness`, a full mesh of one-way links).
 //!
 //! A one-way simulated link and the fate it deals each datagram: optional
 //! serialisation at a line rate, propagation delay plus jitter (FIFO: jitter

@@ -1,5 +1,5 @@
 //! What a client of the fabric may watch and decide on its links: the
-//! fault-injection harness (`roce-sim`) judges every datagram before the
+//! fault-injection harness (`roce-harness`) judges every datagram before the
 //! link deals its random fate (directed faults: drop, delay or duplicate
 //! exactly the packet a test is about) and sees every copy the link
 //! carries (its packet trace, its ledgers).

@@ -1,6 +1,6 @@
 //! Hosts a client drives, on the fabric: a full mesh of one-way links, one
 //! per ordered pair of hosts, each with its own delay, line rate and faults
-//! (the fault-injection harness's network, `roce-sim`).
+//! (the fault-injection harness's network, `roce-harness`).
 //!
 //! The client hands over the engines (with their verbs objects made) and
 //! then alternates with the fabric: [`Mesh::step`] runs every event of the

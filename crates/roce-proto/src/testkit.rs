@@ -11,7 +11,7 @@
 //! [`Engine::ready_ud`]. Everything is deterministic: the engines' seeds
 //! and the calls made decide every byte.
 //!
-//! The simulator (`roce-sim`) moves packets over modelled links instead;
+//! The fault-injection harness (`roce-harness`) moves packets over modelled links instead;
 //! its scenarios take their QP attributes from [`Pair::connect_attr`]'s
 //! defaults through the same `connect_qp`.
 
