@@ -127,6 +127,8 @@ impl Engine {
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 completions_made: 0,
+                read_outstanding: 0,
+                read_waiters: Vec::new(),
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),
@@ -145,6 +147,12 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.res.cfg
+    }
+
+    /// READ-response bytes this device asked for and has not received,
+    /// across its QPs: held within `EngineConfig::rx_budget_bytes`.
+    pub fn read_outstanding(&self) -> u64 {
+        self.res.read_outstanding
     }
 
     pub fn counters(&self) -> &Counters {
@@ -459,7 +467,9 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
+        let mut qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
+        qp.core.release_reads(&mut self.res);
+        self.wake_read_waiters();
         if let Some(t) = qp.timer_key {
             self.timers.remove(&(t, qpn));
         }
@@ -542,7 +552,10 @@ impl Engine {
             qp.comp.set_rnr_retry(attr.rnr_retry);
         }
         match to {
-            QpState::Reset => qp.reset(),
+            QpState::Reset => {
+                qp.core.release_reads(&mut self.res);
+                qp.reset();
+            }
             QpState::Err if from != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Sqd => {
                 qp.core.state = QpState::Sqd;
@@ -552,7 +565,26 @@ impl Engine {
         }
         self.schedule(qpn);
         self.sync_timer(qpn);
+        self.wake_read_waiters();
         Ok(())
+    }
+
+    /// Schedules the QPs whose READ requests waited for room under the
+    /// device's READ budget, once there is some (responses arrived, a QP
+    /// ended or rewound). Each tries again and waits again if the room is
+    /// still too small.
+    pub(crate) fn wake_read_waiters(&mut self) {
+        if self.res.read_waiters.is_empty() || self.res.read_outstanding >= self.res.cfg.rx_budget_bytes {
+            return;
+        }
+        let mut waiters = std::mem::take(&mut self.res.read_waiters);
+        for qpn in waiters.drain(..) {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.req.budget_woken();
+                schedule(&mut self.ready, qp);
+            }
+        }
+        self.res.read_waiters = waiters;
     }
 
     /// Protects a connected QP's packets with AES-128-GCM from now on (see
@@ -581,8 +613,8 @@ impl Engine {
             target_bps: r.dcqcn.target_rate_bps(),
             alpha: r.dcqcn.alpha(),
             cuts: r.dcqcn.rate_cuts(),
-            rtt: r.rtt.smoothed(),
-            rtt_samples: r.rtt.samples(),
+            rtt: self.qps.get(&qpn)?.rtt.smoothed(),
+            rtt_samples: self.qps.get(&qpn)?.rtt.samples(),
         })
     }
 

@@ -35,6 +35,13 @@ pub(crate) struct Res {
     /// Completions delivered so far (wrapping): lets a driver tell whether
     /// work produced any, without looking at every CQ.
     pub completions_made: u64,
+    /// READ-response bytes asked for and not yet received, across all QPs
+    /// (the sum of every send WQE's `read_charged`), held under
+    /// `cfg.rx_budget_bytes` by the requesters.
+    pub read_outstanding: u64,
+    /// QPs whose next READ request waits for room under the budget; the
+    /// engine schedules them again when responses free some.
+    pub read_waiters: Vec<u32>,
 }
 
 impl Res {

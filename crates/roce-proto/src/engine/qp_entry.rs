@@ -11,8 +11,6 @@ pub(super) struct QpRate {
     pub(super) pacer: Pacer,
     /// Cuts already added to the device's `cc_rate_cuts`.
     pub(super) counted_cuts: u64,
-    /// Request to ACK times (DCQCN does not use them; they are reported).
-    pub(super) rtt: RttProbe,
 }
 
 impl QpRate {
@@ -48,6 +46,10 @@ pub(super) struct QpEntry {
     pub(super) cnp_due: bool,
     /// The notification point's spacing of CNPs, made at the first CE mark.
     pub(super) np: Option<NotificationPoint>,
+    /// Request to response times: how long the completer waits for a
+    /// stalled READ's tail (DCQCN does not use them; `qp_rate` reports
+    /// them).
+    pub(super) rtt: RttProbe,
 }
 
 impl QpEntry {
@@ -64,6 +66,7 @@ impl QpEntry {
             rate: None,
             cnp_due: false,
             np: None,
+            rtt: RttProbe::new(),
         }
     }
 
@@ -208,7 +211,6 @@ impl QpEntry {
                     dcqcn: Dcqcn::new(p.clone(), res.cfg.line_rate_bps, now),
                     pacer: Pacer::new(),
                     counted_cuts: 0,
-                    rtt: RttProbe::new(),
                 })
             });
             if self.pacer_holds(now) {
@@ -232,8 +234,10 @@ impl QpEntry {
             rate.pacer.on_send(floor, wire, rate.dcqcn.rate_bps());
             rate.dcqcn.on_bytes_sent(wire, now);
             rate.settle(res, &mut self.core.timers);
+        }
+        if self.core.init.qp_type == QpType::Rc {
             let bth = roce_wire::bth::Bth::new_unchecked(&buf[..len]);
-            rate.rtt.on_sent(bth.psn(), bth.ack_req(), now);
+            self.rtt.on_sent(bth.psn(), bth.ack_req(), now);
         }
         if self.core.init.qp_type != QpType::Rc {
             self.comp.unreliable_sent(&self.req);

@@ -108,7 +108,7 @@ impl Engine {
                 qp.timer_key = None;
                 while let Some(kind) = qp.core.timers.take_next_due(now) {
                     match kind {
-                        TimerKind::Ack | TimerKind::Rnr => {
+                        TimerKind::Ack | TimerKind::Rnr | TimerKind::ReadTail => {
                             qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
                         }
                         // The QP is scheduled below: its next packet may go.
@@ -121,6 +121,7 @@ impl Engine {
                 sync_timer(&mut self.timers, qp);
             }
         }
+        self.wake_read_waiters();
     }
 
     pub(super) fn schedule(&mut self, qpn: u32) {
