@@ -54,6 +54,17 @@ pub struct EngineConfig {
     /// completer waits `READ_TAIL_RTTS` round trips, never less than this).
     /// A driver whose timers fire on epoll's millisecond keeps the default.
     pub read_tail_floor: crate::time::Duration,
+    /// Request bytes this device's RC QPs may have sent and not seen
+    /// acknowledged, across its QPs (counted as unacknowledged PSNs times
+    /// the path MTU): bounds the burst a device with many QPs dumps into
+    /// its peers, which a sender cannot otherwise size (it does not know
+    /// their receive buffers). A QP with nothing unacknowledged may always
+    /// send, so each QP makes progress. `None` (the default): only each
+    /// QP's own window (`max_unacked_psns`) bounds it, as on a NIC whose
+    /// lossless fabric pushes back. A driver on a kernel socket whose peers
+    /// are on its host sets it like `rx_budget_bytes`, from its own granted
+    /// receive buffer.
+    pub tx_budget_bytes: Option<u64>,
     /// Hold each connected QP's peer to the UDP source port of its first
     /// packet (see `QpCore::peer_check`). Off by default: nothing in the
     /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
@@ -96,6 +107,7 @@ impl EngineConfig {
             ack_req_every: limits::ACK_REQ_EVERY,
             rx_budget_bytes: limits::RX_BUDGET_BYTES,
             read_tail_floor: limits::READ_TAIL_FLOOR,
+            tx_budget_bytes: None,
             pin_peer_port: false,
             mr_addressing: MrAddressing::Pointer,
             cnp: CnpConfig::default(),

@@ -86,6 +86,9 @@ counters! {
     /// Times a READ request waited because the device's READ-response
     /// budget (`EngineConfig::rx_budget_bytes`) was full.
     read_budget_waits,
+    /// Times a QP's request waited because the device's unacknowledged
+    /// request bytes reached `EngineConfig::tx_budget_bytes`.
+    tx_budget_waits,
     /// Dropped: responses that match nothing outstanding.
     unexpected_response_dropped,
     /// Dropped: duplicate READ/atomic with no saved responder resource.

@@ -128,7 +128,8 @@ impl Engine {
                 events: VecDeque::new(),
                 completions_made: 0,
                 read_outstanding: 0,
-                read_waiters: Vec::new(),
+                budget_waiters: Vec::new(),
+                tx_unacked: 0,
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),
@@ -468,8 +469,8 @@ impl Engine {
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
         let mut qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
-        qp.core.release_reads(&mut self.res);
-        self.wake_read_waiters();
+        qp.release_budgets(&mut self.res);
+        self.wake_budget_waiters();
         if let Some(t) = qp.timer_key {
             self.timers.remove(&(t, qpn));
         }
@@ -553,7 +554,7 @@ impl Engine {
         }
         match to {
             QpState::Reset => {
-                qp.core.release_reads(&mut self.res);
+                qp.release_budgets(&mut self.res);
                 qp.reset();
             }
             QpState::Err if from != QpState::Err => qp.enter_error(&mut self.res),
@@ -565,26 +566,29 @@ impl Engine {
         }
         self.schedule(qpn);
         self.sync_timer(qpn);
-        self.wake_read_waiters();
+        self.wake_budget_waiters();
         Ok(())
     }
 
-    /// Schedules the QPs whose READ requests waited for room under the
-    /// device's READ budget, once there is some (responses arrived, a QP
+    /// Schedules the QPs whose requests waited for room under the device's
+    /// READ or request budget, once there is some (responses arrived, a QP
     /// ended or rewound). Each tries again and waits again if the room is
     /// still too small.
-    pub(crate) fn wake_read_waiters(&mut self) {
-        if self.res.read_waiters.is_empty() || self.res.read_outstanding >= self.res.cfg.rx_budget_bytes {
+    pub(crate) fn wake_budget_waiters(&mut self) {
+        let r = &self.res;
+        let room = r.read_outstanding < r.cfg.rx_budget_bytes
+            || r.cfg.tx_budget_bytes.is_some_and(|cap| r.tx_unacked < cap);
+        if r.budget_waiters.is_empty() || !room {
             return;
         }
-        let mut waiters = std::mem::take(&mut self.res.read_waiters);
+        let mut waiters = std::mem::take(&mut self.res.budget_waiters);
         for qpn in waiters.drain(..) {
             if let Some(qp) = self.qps.get_mut(&qpn) {
                 qp.req.budget_woken();
                 schedule(&mut self.ready, qp);
             }
         }
-        self.res.read_waiters = waiters;
+        self.res.budget_waiters = waiters;
     }
 
     /// Protects a connected QP's packets with AES-128-GCM from now on (see

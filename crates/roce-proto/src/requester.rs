@@ -16,7 +16,7 @@
 //! would have), and only while the device's READ-response bytes asked for
 //! and not received stay within `EngineConfig::rx_budget_bytes`: what the
 //! receive path can absorb. A QP over the budget waits on
-//! `Res::read_waiters` until responses free room. Each request counts
+//! `Res::budget_waiters` until responses free room. Each request counts
 //! against `max_rd_atomic` until its last response arrives. IBTA vol. 1
 //! §9.7.5.2.4 lets a requester ask for any part of a READ's range again;
 //! splitting is the same move made up front, so any responder serves it.
@@ -56,7 +56,7 @@ pub(crate) struct Requester {
     rd_atomic_outstanding: u32,
     /// UD: the destination of the packet just produced.
     last_ud_dest: Option<UdDest>,
-    /// On `Res::read_waiters`, waiting for room under the READ budget.
+    /// On `Res::budget_waiters`, waiting for room under the READ budget.
     budget_wait: bool,
 }
 
@@ -103,7 +103,18 @@ impl Requester {
         self.last_ud_dest
     }
 
-    /// The engine took this QP off `Res::read_waiters` to try again.
+    /// Puts this QP on `Res::budget_waiters` (once); true if it was not
+    /// there yet.
+    pub fn wait_for_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
+        let fresh = !self.budget_wait;
+        if fresh {
+            self.budget_wait = true;
+            res.budget_waiters.push(qpn);
+        }
+        fresh
+    }
+
+    /// The engine took this QP off `Res::budget_waiters` to try again.
     pub fn budget_woken(&mut self) {
         self.budget_wait = false;
     }
@@ -238,9 +249,7 @@ impl Requester {
             read_len = ((self.offset / chunk + 1) * chunk).min(wqe.length) - self.offset.min(wqe.length);
             let out = res.read_outstanding;
             if out > 0 && out + read_len > res.cfg.rx_budget_bytes {
-                if !self.budget_wait {
-                    self.budget_wait = true;
-                    res.read_waiters.push(q.qpn);
+                if self.wait_for_budget(res, q.qpn) {
                     res.counters.read_budget_waits += 1;
                 }
                 return Ok(None);
@@ -295,7 +304,11 @@ impl Requester {
         let retransmission = psn.is_before(self.psn_hi);
         let sq_half_full = q.sq.len() * 2 >= q.init.cap.max_send_wr as usize;
         let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
-        let ack_req = t == QpType::Rc && ((last && wanted) || self.noack_pkts + 1 >= res.cfg.ack_req_every);
+        // A packet that brings the device to its cap on unacknowledged
+        // request bytes asks too: QPs then wait for an ACK, which must come.
+        let at_cap = res.cfg.tx_budget_bytes.is_some_and(|cap| res.tx_unacked + mtu as u64 >= cap);
+        let ack_req =
+            t == QpType::Rc && ((last && wanted) || at_cap || self.noack_pkts + 1 >= res.cfg.ack_req_every);
         let Some(code) = opcode_for(t, &op, first, last) else {
             return self.fail(q, res, seq, SendFault::Emit);
         };

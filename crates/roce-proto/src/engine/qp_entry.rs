@@ -50,6 +50,8 @@ pub(super) struct QpEntry {
     /// stalled READ's tail (DCQCN does not use them; `qp_rate` reports
     /// them).
     pub(super) rtt: RttProbe,
+    /// This QP's share of the device's `Res::tx_unacked`.
+    pub(super) tx_charged: u64,
 }
 
 impl QpEntry {
@@ -67,6 +69,7 @@ impl QpEntry {
             cnp_due: false,
             np: None,
             rtt: RttProbe::new(),
+            tx_charged: 0,
         }
     }
 
@@ -145,6 +148,33 @@ impl QpEntry {
         self.core.flush_send(res);
         self.core.flush_recv(res);
         self.req.abort(&self.core);
+        self.recharge_tx(res);
+    }
+
+    /// Brings this QP's share of the device's unacknowledged request
+    /// bytes (`Res::tx_unacked`) up to date: its unacknowledged PSNs times
+    /// the path MTU while it is a live RC QP, else nothing. Only kept
+    /// under `EngineConfig::tx_budget_bytes`.
+    pub(super) fn recharge_tx(&mut self, res: &mut Res) {
+        if res.cfg.tx_budget_bytes.is_none() {
+            return;
+        }
+        let live = self.core.init.qp_type == QpType::Rc && self.core.state != QpState::Err;
+        let now = if live {
+            self.req.psn_hi().distance(self.comp.psn()).max(0) as u64 * self.core.mtu() as u64
+        } else {
+            0
+        };
+        res.tx_unacked = res.tx_unacked.saturating_sub(self.tx_charged) + now;
+        self.tx_charged = now;
+    }
+
+    /// Gives back this QP's shares of the device's budgets (a reset or a
+    /// destroyed QP).
+    pub(super) fn release_budgets(&mut self, res: &mut Res) {
+        self.core.release_reads(res);
+        res.tx_unacked = res.tx_unacked.saturating_sub(self.tx_charged);
+        self.tx_charged = 0;
     }
 
     /// After a role ran: if it raised an error, end the QP now.
@@ -217,7 +247,16 @@ impl QpEntry {
                 return None;
             }
         }
+        if let Some(cap) = res.cfg.tx_budget_bytes {
+            if self.tx_charged > 0 && res.tx_unacked >= cap {
+                if self.req.wait_for_budget(res, self.core.qpn) {
+                    res.counters.tx_budget_waits += 1;
+                }
+                return None;
+            }
+        }
         let r = self.req.poll_transmit(&mut self.core, res, now, self.comp.psn(), buf);
+        self.recharge_tx(res);
         if r.is_err() {
             self.settle(res);
             return None;

@@ -158,12 +158,13 @@ impl Engine {
             let srtt = qp.rtt.smoothed();
             qp.comp.handle_response(&mut qp.req, &mut qp.core, res, now, srtt, info, &pkt);
             qp.rtt.on_acked(qp.comp.psn(), now);
+            qp.recharge_tx(res);
             qp.settle(res);
             qp.check_drained(res);
         }
         qp.settle(res);
         schedule(&mut self.ready, qp);
         sync_timer(&mut self.timers, qp);
-        self.wake_read_waiters();
+        self.wake_budget_waiters();
     }
 }

@@ -109,7 +109,8 @@ impl Engine {
                 while let Some(kind) = qp.core.timers.take_next_due(now) {
                     match kind {
                         TimerKind::Ack | TimerKind::Rnr | TimerKind::ReadTail => {
-                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
+                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now);
+                            qp.recharge_tx(&mut self.res);
                         }
                         // The QP is scheduled below: its next packet may go.
                         TimerKind::Pace => {}
@@ -121,7 +122,7 @@ impl Engine {
                 sync_timer(&mut self.timers, qp);
             }
         }
-        self.wake_read_waiters();
+        self.wake_budget_waiters();
     }
 
     pub(super) fn schedule(&mut self, qpn: u32) {
