@@ -13,6 +13,7 @@
 #
 # Lost = packets sent by both devices - packets received by both (loopback:
 # nothing else carries them). Needs perftest (apt-get install perftest).
+# SKIP_BUILD=1 measures the builds already copied aside by an earlier run.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -25,9 +26,12 @@ for t in ib_read_lat ib_read_bw; do
 done
 echo "net.core.rmem_max = $(cat /proc/sys/net/core/rmem_max)"
 
+if [ -z "${SKIP_BUILD:-}" ]; then
 cargo build --quiet --release -p roce-cli
-mkdir -p "$COMPARE_DIR/new"
+mkdir -p "$COMPARE_DIR/new/deps"
 cp target/release/roce "$COMPARE_DIR/new/roce"
+cp target/release/deps/libroce_ibverbs.so "$COMPARE_DIR/new/deps/"
+fi
 bins=("new:$COMPARE_DIR/new/roce")
 if [ -n "$rev" ]; then
     old_tree=$COMPARE_DIR/tree
@@ -37,8 +41,10 @@ if [ -n "$rev" ]; then
     else
         git -C "$old_tree" checkout --quiet --detach "$commit"
     fi
-    CARGO_TARGET_DIR=$COMPARE_DIR/target cargo build --quiet --release -p roce-cli \
-        --manifest-path "$old_tree/Cargo.toml"
+    if [ -z "${SKIP_BUILD:-}" ]; then
+        CARGO_TARGET_DIR=$COMPARE_DIR/target cargo build --quiet --release -p roce-cli \
+            --manifest-path "$old_tree/Cargo.toml"
+    fi
     bins+=("old($rev):$COMPARE_DIR/target/release/roce")
 fi
 
