@@ -52,7 +52,8 @@ pub struct EngineConfig {
     /// How long a READ whose responses stopped coming is waited for
     /// before its missing tail is asked for again, at the least (the
     /// completer waits `READ_TAIL_RTTS` round trips, never less than this).
-    /// A driver whose timers fire on epoll's millisecond keeps the default.
+    /// The default, 5 ms, suits a driver on a kernel socket (its timers
+    /// fire on epoll's millisecond, its host may be busy).
     pub read_tail_floor: crate::time::Duration,
     /// Request bytes this device's RC QPs may have sent and not seen
     /// acknowledged, across its QPs (counted as unacknowledged PSNs times

@@ -25,8 +25,12 @@ pub const RX_BUDGET_BYTES: u64 = 1 << 20;
 /// device's READ budget each, so that several can be in flight.
 pub const READ_CHUNKS_PER_BUDGET: u64 = 4;
 
-/// Default least wait before a stalled READ's tail is asked for again.
-pub const READ_TAIL_FLOOR: crate::time::Duration = crate::time::Duration::from_millis(1);
+/// Default least wait before a stalled READ's tail is asked for again:
+/// longer than the stalls a driver on a busy host (or a peer in a VM) shows
+/// between responses, where 1 ms made needless re-requests, and still a
+/// fraction of the ACK timeouts in use (67 ms for rdma-core's default 14,
+/// about 1 s for UCX).
+pub const READ_TAIL_FLOOR: crate::time::Duration = crate::time::Duration::from_millis(5);
 
 /// A stalled READ's tail is asked for again after this many smoothed
 /// round trips without a response (or `read_tail_floor`, if longer).
