@@ -27,13 +27,24 @@
 //! the ACK timeout after the restart (a replay takes far less), so that
 //! recovering a gap costs no transport retry unless the link stays silent.
 //!
+//! A READ whose responses stop before its end (the last one came, more
+//! were asked for, and nothing follows for `READ_TAIL_RTTS` smoothed round
+//! trips, at least `read_tail_floor`) has its missing tail asked for again
+//! at once, as the ACK timeout would much later (a tail loss shows no gap
+//! to any later response): the `ReadTail` timer, re-armed by every response
+//! placed, fires a restart at the first missing PSN, at most
+//! `READ_TAIL_REREQUESTS` times, each waiting twice as long, before the ACK
+//! timeout decides (`read_tail_rerequests` counts them). A request that
+//! repeats part of a READ is what IBTA vol. 1 §9.7.5.2.4 prescribes for a
+//! gap; the requester keeps it inside the request it repeats.
+//!
 //! The completer owns the oldest unacknowledged PSN, the retry counters and
 //! the gap state; it moves the requester's cursor only through
 //! `Requester::rewind`.
 
 use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
-use crate::limits::GAP_RETRY_TIMEOUT_DIVISOR;
+use crate::limits::{GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_REREQUESTS, READ_TAIL_RTTS};
 use crate::qp::QpCore;
 use crate::requester::Requester;
 use crate::res::Res;
@@ -62,6 +73,10 @@ pub(crate) struct Completer {
     rnr_retry_left: u8,
     /// The last restart a response gap caused.
     gap_retry: Option<GapRetry>,
+    /// Tail re-requests left before the ACK timeout decides, and the wait
+    /// before the next one (see the module docs).
+    tail_left: u8,
+    tail_wait: Duration,
 }
 
 /// Result of acknowledging everything before a PSN.
@@ -79,6 +94,8 @@ struct Ctx<'a> {
     q: &'a mut QpCore,
     res: &'a mut Res,
     now: Instant,
+    /// The QP's smoothed round-trip time, once measured.
+    srtt: Option<Duration>,
 }
 
 impl Completer {
@@ -105,13 +122,16 @@ impl Completer {
         self.psn = req.psn();
     }
 
-    /// Handles a response packet for an RC QP.
+    /// Handles a response packet for an RC QP; `srtt` is the QP's
+    /// smoothed round-trip time, once measured.
+    #[allow(clippy::too_many_arguments)]
     pub fn handle_response(
         &mut self,
         req: &mut Requester,
         q: &mut QpCore,
         res: &mut Res,
         now: Instant,
+        srtt: Option<Duration>,
         info: &'static OpcodeInfo,
         pkt: &RocePacketRepr<'_>,
     ) {
@@ -144,7 +164,7 @@ impl Completer {
         }) else {
             return;
         };
-        let mut c = Ctx { req, q, res, now };
+        let mut c = Ctx { req, q, res, now, srtt };
         match info.operation {
             Operation::Acknowledge => match aeth.syndrome {
                 Syndrome::Ack { .. } => self.on_ack(&mut c, psn),
@@ -169,7 +189,7 @@ impl Completer {
         // Responses to what was sent before a rewind may acknowledge past the
         // point the requester went back to: continue from there.
         if c.q.state != QpState::Err && c.req.psn().is_before(self.psn) {
-            c.req.rewind(c.q, self.psn, self.psn);
+            c.req.rewind(c.q, c.res, self.psn, self.psn);
         }
     }
 
@@ -182,13 +202,60 @@ impl Completer {
         res: &mut Res,
         now: Instant,
     ) {
-        let mut c = Ctx { req, q, res, now };
+        let mut c = Ctx { req, q, res, now, srtt: None };
         match kind {
             TimerKind::Rnr => self.rearm(&mut c),
             TimerKind::Ack => self.on_ack_timeout(&mut c),
+            TimerKind::ReadTail => self.on_read_tail(&mut c),
             // The engine's, never handed here.
             TimerKind::Pace | TimerKind::Cc => {}
         }
+    }
+
+    /// Whether READ responses are still expected: the oldest unfinished
+    /// WQE is a READ with bytes asked for and not received.
+    fn read_expected(q: &QpCore) -> bool {
+        q.sq.iter()
+            .find(|w| w.done.is_none())
+            .is_some_and(|w| w.started && matches!(w.wr.op, SendOp::Read { .. }) && w.read_sent > w.read_done)
+    }
+
+    /// A READ response was placed: the tail timer starts over with a full
+    /// set of re-requests, if more responses are expected.
+    fn read_progress(&mut self, c: &mut Ctx<'_>) {
+        let floor = c.res.cfg.read_tail_floor;
+        let rtts = c.srtt.map_or(Duration::ZERO, |r| Duration(r.0.saturating_mul(READ_TAIL_RTTS)));
+        self.tail_wait = floor.max(rtts);
+        self.tail_left = READ_TAIL_REREQUESTS;
+        self.arm_read_tail(c);
+    }
+
+    /// Arms the tail timer `tail_wait` from now while READ responses are
+    /// expected and re-requests are left, unless that is no sooner than the
+    /// ACK timeout (which then decides alone); disarms it otherwise.
+    fn arm_read_tail(&self, c: &mut Ctx<'_>) {
+        let ack = ack_timeout(c.q.attr.timeout);
+        let useful = self.tail_left > 0 && ack.is_none_or(|a| self.tail_wait < a);
+        let at = (useful && Self::read_expected(c.q)).then(|| c.now + self.tail_wait);
+        c.q.timers.set(TimerKind::ReadTail, at);
+    }
+
+    /// The responses of a READ stopped before its end and nothing came for
+    /// `tail_wait`: ask again from the first missing one (module docs).
+    fn on_read_tail(&mut self, c: &mut Ctx<'_>) {
+        if c.q.state == QpState::Err || c.q.timers.is_set(TimerKind::Rnr) || !Self::read_expected(c.q) {
+            return;
+        }
+        if self.tail_left == 0 {
+            return;
+        }
+        self.tail_left -= 1;
+        c.res.counters.read_tail_rerequests += 1;
+        let at = self.psn;
+        self.restarted_at(c, at);
+        self.restart(c, at);
+        self.tail_wait = Duration(self.tail_wait.0.saturating_mul(2));
+        self.arm_read_tail(c);
     }
 
     fn on_ack_timeout(&mut self, c: &mut Ctx<'_>) {
@@ -200,7 +267,7 @@ impl Completer {
         // silence is not a loss. Resend, which asks, without spending a retry.
         let asked = c.req.ackreq_psn().is_some_and(|p| !p.is_before(self.psn));
         if !asked {
-            c.req.rewind(c.q, self.psn, self.psn);
+            c.req.rewind(c.q, c.res, self.psn, self.psn);
             self.rearm(c);
             return;
         }
@@ -211,7 +278,7 @@ impl Completer {
         }
         self.retry_left -= 1;
         c.res.counters.completer_retry_err += 1;
-        c.req.rewind(c.q, self.psn, self.psn);
+        c.req.rewind(c.q, c.res, self.psn, self.psn);
         self.rearm(c);
     }
 
@@ -247,14 +314,14 @@ impl Completer {
     fn retire(&self, c: &mut Ctx<'_>) {
         c.q.retire(c.res);
         if c.req.behind(c.q) {
-            c.req.rewind(c.q, self.psn, self.psn);
+            c.req.rewind(c.q, c.res, self.psn, self.psn);
         }
     }
 
     /// Restarts transmission at `at`: the requester goes back, the ACK
     /// timer starts over.
     fn restart(&mut self, c: &mut Ctx<'_>, at: Psn) {
-        c.req.rewind(c.q, self.psn, at);
+        c.req.rewind(c.q, c.res, self.psn, at);
         self.rearm(c);
     }
 
@@ -367,7 +434,7 @@ impl Completer {
             }
             self.rnr_retry_left -= 1;
         }
-        c.req.rewind(c.q, self.psn, at);
+        c.req.rewind(c.q, c.res, self.psn, at);
         // The responder answered: the transport retry count measures timeouts
         // without any response, so it starts over (RNR retries count apart).
         self.retry_left = c.q.attr.retry_cnt;
@@ -400,7 +467,11 @@ impl Completer {
         }
         let offset = psn.distance(w.first_psn) as u64 * mtu;
         let n = pkt.payload.len() as u64;
-        let remaining = w.length - offset.min(w.length);
+        // Each READ request ends on a multiple of the chunk or at the
+        // WQE's end (see `requester`); a response message must end there.
+        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
+        let request_end = ((offset / chunk + 1) * chunk).min(w.length);
+        let remaining = request_end.saturating_sub(offset);
         let ends = info.position.ends_message();
         let size_ok = if ends { n == remaining } else { n == mtu && n < remaining };
         if !size_ok || offset != w.read_done {
@@ -419,13 +490,20 @@ impl Completer {
         }
         let w = &mut c.q.sq[idx];
         w.read_done = offset + n;
+        w.read_sent = w.read_sent.max(w.read_done);
+        w.recharge(&mut c.res.read_outstanding);
+        let complete = w.read_done >= w.length;
         self.psn = psn.next();
         if ends {
-            w.done = Some(WcStatus::Success);
+            // This READ request is answered in full.
             c.req.read_or_atomic_done();
+        }
+        if ends && complete {
+            c.q.sq[idx].done = Some(WcStatus::Success);
             self.retire(c);
         }
         self.progress(c);
+        self.read_progress(c);
     }
 
     fn on_atomic_ack(&mut self, c: &mut Ctx<'_>, psn: Psn, orig: u64) {

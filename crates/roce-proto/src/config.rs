@@ -39,6 +39,33 @@ pub struct EngineConfig {
     pub max_unacked_psns: u32,
     /// Ask for an ACK at least every this many packets of a long message.
     pub ack_req_every: u32,
+    /// READ-response bytes this device may have solicited and not yet
+    /// received, across all its QPs: what its receive path can absorb in
+    /// one burst. A large READ is asked for in several READ requests of
+    /// at most a quarter of this each (see `requester`), the next as the
+    /// earlier ones' responses arrive. A driver on a kernel socket sets it
+    /// from the receive buffer the kernel granted: a quarter of what
+    /// `getsockopt(SO_RCVBUF)` reports (the kernel charges each datagram's
+    /// whole buffer, up to twice its payload, against that figure, and the
+    /// socket also takes requests, ACKs and replays).
+    pub rx_budget_bytes: u64,
+    /// How long a READ whose responses stopped coming is waited for
+    /// before its missing tail is asked for again, at the least (the
+    /// completer waits `READ_TAIL_RTTS` round trips, never less than this).
+    /// The default, 5 ms, suits a driver on a kernel socket (its timers
+    /// fire on epoll's millisecond, its host may be busy).
+    pub read_tail_floor: crate::time::Duration,
+    /// Request bytes this device's RC QPs may have sent and not seen
+    /// acknowledged, across its QPs (counted as unacknowledged PSNs times
+    /// the path MTU): bounds the burst a device with many QPs dumps into
+    /// its peers, which a sender cannot otherwise size (it does not know
+    /// their receive buffers). A QP with nothing unacknowledged may always
+    /// send, so each QP makes progress. `None` (the default): only each
+    /// QP's own window (`max_unacked_psns`) bounds it, as on a NIC whose
+    /// lossless fabric pushes back. A driver on a kernel socket whose peers
+    /// are on its host sets it like `rx_budget_bytes`, from its own granted
+    /// receive buffer.
+    pub tx_budget_bytes: Option<u64>,
     /// Hold each connected QP's peer to the UDP source port of its first
     /// packet (see `QpCore::peer_check`). Off by default: nothing in the
     /// IBTA forbids a peer from changing it (a NIC may re-hash a flow).
@@ -79,6 +106,9 @@ impl EngineConfig {
             pkey: roce_wire::bth::DEFAULT_PKEY,
             max_unacked_psns: limits::MAX_UNACKED_PSNS,
             ack_req_every: limits::ACK_REQ_EVERY,
+            rx_budget_bytes: limits::RX_BUDGET_BYTES,
+            read_tail_floor: limits::READ_TAIL_FLOOR,
+            tx_budget_bytes: None,
             pin_peer_port: false,
             mr_addressing: MrAddressing::Pointer,
             cnp: CnpConfig::default(),

@@ -80,6 +80,15 @@ counters! {
     qkey_violation_dropped,
     /// Dropped: UD/UC packet with no receive WQE posted.
     no_recv_wqe_dropped,
+    /// READ tails asked for again because their responses stopped before
+    /// the end and nothing came for a few round trips (see `completer`).
+    read_tail_rerequests,
+    /// Times a READ request waited because the device's READ-response
+    /// budget (`EngineConfig::rx_budget_bytes`) was full.
+    read_budget_waits,
+    /// Times a QP's request waited because the device's unacknowledged
+    /// request bytes reached `EngineConfig::tx_budget_bytes`.
+    tx_budget_waits,
     /// Dropped: responses that match nothing outstanding.
     unexpected_response_dropped,
     /// Dropped: duplicate READ/atomic with no saved responder resource.

@@ -127,6 +127,9 @@ impl Engine {
                 counters: Counters::default(),
                 events: VecDeque::new(),
                 completions_made: 0,
+                read_outstanding: 0,
+                budget_waiters: Vec::new(),
+                tx_unacked: 0,
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),
@@ -145,6 +148,12 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.res.cfg
+    }
+
+    /// READ-response bytes this device asked for and has not received,
+    /// across its QPs: held within `EngineConfig::rx_budget_bytes`.
+    pub fn read_outstanding(&self) -> u64 {
+        self.res.read_outstanding
     }
 
     pub fn counters(&self) -> &Counters {
@@ -459,7 +468,9 @@ impl Engine {
     }
 
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), VerbsError> {
-        let qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
+        let mut qp = self.qps.remove(&qpn).ok_or(VerbsError::NotFound(Object::Qp))?;
+        qp.release_budgets(&mut self.res);
+        self.wake_budget_waiters();
         if let Some(t) = qp.timer_key {
             self.timers.remove(&(t, qpn));
         }
@@ -542,7 +553,10 @@ impl Engine {
             qp.comp.set_rnr_retry(attr.rnr_retry);
         }
         match to {
-            QpState::Reset => qp.reset(),
+            QpState::Reset => {
+                qp.release_budgets(&mut self.res);
+                qp.reset();
+            }
             QpState::Err if from != QpState::Err => qp.enter_error(&mut self.res),
             QpState::Sqd => {
                 qp.core.state = QpState::Sqd;
@@ -552,7 +566,29 @@ impl Engine {
         }
         self.schedule(qpn);
         self.sync_timer(qpn);
+        self.wake_budget_waiters();
         Ok(())
+    }
+
+    /// Schedules the QPs whose requests waited for room under the device's
+    /// READ or request budget, once there is some (responses arrived, a QP
+    /// ended or rewound). Each tries again and waits again if the room is
+    /// still too small.
+    pub(crate) fn wake_budget_waiters(&mut self) {
+        let r = &self.res;
+        let room = r.read_outstanding < r.cfg.rx_budget_bytes
+            || r.cfg.tx_budget_bytes.is_some_and(|cap| r.tx_unacked < cap);
+        if r.budget_waiters.is_empty() || !room {
+            return;
+        }
+        let mut waiters = std::mem::take(&mut self.res.budget_waiters);
+        for qpn in waiters.drain(..) {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.req.budget_woken();
+                schedule(&mut self.ready, qp);
+            }
+        }
+        self.res.budget_waiters = waiters;
     }
 
     /// Protects a connected QP's packets with AES-128-GCM from now on (see
@@ -581,8 +617,8 @@ impl Engine {
             target_bps: r.dcqcn.target_rate_bps(),
             alpha: r.dcqcn.alpha(),
             cuts: r.dcqcn.rate_cuts(),
-            rtt: r.rtt.smoothed(),
-            rtt_samples: r.rtt.samples(),
+            rtt: self.qps.get(&qpn)?.rtt.smoothed(),
+            rtt_samples: self.qps.get(&qpn)?.rtt.samples(),
         })
     }
 

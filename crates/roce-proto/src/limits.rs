@@ -16,6 +16,40 @@ pub const INLINE_IN_WQE: usize = 64;
 /// Default number of unacknowledged request PSNs per QP (the send window).
 pub const MAX_UNACKED_PSNS: u32 = 256;
 
+/// Default READ-response bytes a device may have outstanding
+/// (`EngineConfig::rx_budget_bytes`): a quarter of the 4 MiB receive
+/// buffer a kernel grants by default at most (`net.core.rmem_max`).
+pub const RX_BUDGET_BYTES: u64 = 1 << 20;
+
+/// A READ is asked for in requests of at most this fraction of the
+/// device's READ budget each, so that several can be in flight.
+pub const READ_CHUNKS_PER_BUDGET: u64 = 4;
+
+/// Default least wait before a stalled READ's tail is asked for again:
+/// longer than the stalls a driver on a busy host (or a peer in a VM) shows
+/// between responses, where 1 ms made needless re-requests, and still a
+/// fraction of the ACK timeouts in use (67 ms for rdma-core's default 14,
+/// about 1 s for UCX).
+pub const READ_TAIL_FLOOR: crate::time::Duration = crate::time::Duration::from_millis(5);
+
+/// A stalled READ's tail is asked for again after this many smoothed
+/// round trips without a response (or `read_tail_floor`, if longer).
+pub const READ_TAIL_RTTS: u64 = 4;
+
+/// Re-requests of a stalled READ's tail without any response in between;
+/// after them the local ACK timeout decides.
+pub const READ_TAIL_REREQUESTS: u8 = 3;
+
+/// The bytes one READ request of a WQE asks for at most: a quarter of the
+/// device's READ budget in whole packets (at least one). Requests start on
+/// multiples of it from the WQE's start, so that a re-request of a missing
+/// tail stays inside the request it repeats (rxe's responder serves a
+/// duplicate READ only within the original's range).
+pub fn read_chunk(rx_budget_bytes: u64, mtu: usize) -> u64 {
+    let mtu = mtu.max(1) as u64;
+    (rx_budget_bytes / READ_CHUNKS_PER_BUDGET / mtu).max(1) * mtu
+}
+
 /// Default: ask for an ACK at least every this many packets of a message.
 pub const ACK_REQ_EVERY: u32 = 64;
 

@@ -168,7 +168,8 @@ impl QpCore {
     pub fn retire(&mut self, res: &mut Res) {
         while let Some(w) = self.sq.front() {
             let Some(status) = w.done else { break };
-            let w = self.sq.pop_front().expect("front exists");
+            let mut w = self.sq.pop_front().expect("front exists");
+            w.release(&mut res.read_outstanding);
             self.sq_base += 1;
             if status != WcStatus::Success {
                 res.counters.send_err += 1;
@@ -180,6 +181,15 @@ impl QpCore {
                 }
                 res.complete(self.init.send_cq, wc);
             }
+        }
+    }
+
+    /// Gives back the device's outstanding READ bytes of every send WQE
+    /// (before the send queue is dropped without retiring: a reset or a
+    /// destroyed QP).
+    pub fn release_reads(&mut self, res: &mut Res) {
+        for w in self.sq.iter_mut() {
+            w.release(&mut res.read_outstanding);
         }
     }
 

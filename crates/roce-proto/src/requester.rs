@@ -9,6 +9,18 @@
 //! most `max_unacked_psns` PSNs in flight. Opcodes come from the wire
 //! layer's table, named by operation, position and suffix.
 //!
+//! A READ WQE is asked for in several READ requests, each for at most
+//! `limits::read_chunk` bytes starting on a multiple of it (each its own
+//! packet with its own RETH, its PSN the first of the k response PSNs it
+//! consumes, so the PSNs of a WQE's requests are those one request for it
+//! would have), and only while the device's READ-response bytes asked for
+//! and not received stay within `EngineConfig::rx_budget_bytes`: what the
+//! receive path can absorb. A QP over the budget waits on
+//! `Res::budget_waiters` until responses free room. Each request counts
+//! against `max_rd_atomic` until its last response arrives. IBTA vol. 1
+//! §9.7.5.2.4 lets a requester ask for any part of a READ's range again;
+//! splitting is the same move made up front, so any responder serves it.
+//!
 //! The requester owns its cursor (which WQE, which byte, which PSN). The
 //! completer moves it back for a retransmission (`rewind`); nothing else
 //! writes it.
@@ -44,6 +56,8 @@ pub(crate) struct Requester {
     rd_atomic_outstanding: u32,
     /// UD: the destination of the packet just produced.
     last_ud_dest: Option<UdDest>,
+    /// On `Res::budget_waiters`, waiting for room under the READ budget.
+    budget_wait: bool,
 }
 
 /// What the requester could not do with a WQE it had to send.
@@ -89,7 +103,24 @@ impl Requester {
         self.last_ud_dest
     }
 
-    /// A READ or atomic completed: room for another.
+    /// Puts this QP on `Res::budget_waiters` (once); true if it was not
+    /// there yet.
+    pub fn wait_for_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
+        let fresh = !self.budget_wait;
+        if fresh {
+            self.budget_wait = true;
+            res.budget_waiters.push(qpn);
+        }
+        fresh
+    }
+
+    /// The engine took this QP off `Res::budget_waiters` to try again.
+    pub fn budget_woken(&mut self) {
+        self.budget_wait = false;
+    }
+
+    /// A READ request's last response or an atomic's ACK arrived: room
+    /// for another.
     pub fn read_or_atomic_done(&mut self) {
         self.rd_atomic_outstanding = self.rd_atomic_outstanding.saturating_sub(1);
     }
@@ -113,7 +144,7 @@ impl Requester {
     /// unacknowledged PSN, where a WQE not yet started resumes. A READ
     /// resumes at the first missing response (a new request for the rest,
     /// IBTA §9.7.5.2.4).
-    pub fn rewind(&mut self, q: &mut QpCore, oldest: Psn, psn: Psn) {
+    pub fn rewind(&mut self, q: &mut QpCore, res: &mut Res, oldest: Psn, psn: Psn) {
         let mtu = q.mtu() as u64;
         let mut resume = None;
         for (i, w) in q.sq.iter().enumerate() {
@@ -142,11 +173,22 @@ impl Requester {
         };
         self.next = base + i as u64;
         self.psn = if fresh { oldest } else { at };
+        // What was asked for from here on is asked for again: its share
+        // of the READ budget is given back until then.
+        for w in q.sq.iter_mut().skip(i) {
+            if !w.started {
+                break;
+            }
+            w.read_sent = w.read_done;
+            w.recharge(&mut res.read_outstanding);
+        }
         let w = &mut q.sq[i];
         match w.wr.op {
             SendOp::Read { .. } => {
-                self.offset = 0;
                 w.read_done = (k * mtu).min(w.length);
+                w.read_sent = w.read_done;
+                w.recharge(&mut res.read_outstanding);
+                self.offset = w.read_done;
             }
             SendOp::CompareSwap { .. } | SendOp::FetchAdd { .. } => self.offset = 0,
             _ => self.offset = (k * mtu).min(w.length),
@@ -199,6 +241,20 @@ impl Requester {
 
         let op = wqe.wr.op;
         let psn = self.psn;
+        // A READ request asks for `read_len` bytes from `offset`: up to
+        // the next multiple of the chunk, if the budget has room.
+        let mut read_len = 0u64;
+        if let SendOp::Read { .. } = op {
+            let chunk = crate::limits::read_chunk(res.cfg.rx_budget_bytes, mtu);
+            read_len = ((self.offset / chunk + 1) * chunk).min(wqe.length) - self.offset.min(wqe.length);
+            let out = res.read_outstanding;
+            if out > 0 && out + read_len > res.cfg.rx_budget_bytes {
+                if self.wait_for_budget(res, q.qpn) {
+                    res.counters.read_budget_waits += 1;
+                }
+                return Ok(None);
+            }
+        }
         let (first, last, payload_len) = if op.is_read_or_atomic() {
             (true, true, 0)
         } else {
@@ -212,9 +268,8 @@ impl Requester {
                 ext.reth = Some(RethRepr { va: remote_addr, rkey, dma_len: wqe.length as u32 });
             }
             SendOp::Read { remote_addr, rkey } => {
-                let done = wqe.read_done;
-                ext.reth =
-                    Some(RethRepr { va: remote_addr + done, rkey, dma_len: (wqe.length - done) as u32 });
+                let va = remote_addr.wrapping_add(self.offset);
+                ext.reth = Some(RethRepr { va, rkey, dma_len: read_len as u32 });
             }
             SendOp::CompareSwap { remote_addr, rkey, compare, swap } => {
                 ext.atomic_eth = Some(AtomicEthRepr { va: remote_addr, rkey, swap_add: swap, compare });
@@ -249,7 +304,11 @@ impl Requester {
         let retransmission = psn.is_before(self.psn_hi);
         let sq_half_full = q.sq.len() * 2 >= q.init.cap.max_send_wr as usize;
         let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
-        let ack_req = t == QpType::Rc && ((last && wanted) || self.noack_pkts + 1 >= res.cfg.ack_req_every);
+        // A packet that brings the device to its cap on unacknowledged
+        // request bytes asks too: QPs then wait for an ACK, which must come.
+        let at_cap = res.cfg.tx_budget_bytes.is_some_and(|cap| res.tx_unacked + mtu as u64 >= cap);
+        let ack_req =
+            t == QpType::Rc && ((last && wanted) || at_cap || self.noack_pkts + 1 >= res.cfg.ack_req_every);
         let Some(code) = opcode_for(t, &op, first, last) else {
             return self.fail(q, res, seq, SendFault::Emit);
         };
@@ -286,18 +345,23 @@ impl Requester {
         let len = hdr + payload_len + roce_wire::packet::pad_for(payload_len) + roce_wire::icrc::ICRC_LEN;
 
         // Bookkeeping.
-        let npsn = if let SendOp::Read { .. } = op {
-            ((wqe.length - wqe.read_done).div_ceil(mtu as u64)).max(1) as u32
-        } else {
-            1
-        };
-        let read_fresh = matches!(op, SendOp::Read { .. }) && wqe.read_done == 0;
+        let is_read = matches!(op, SendOp::Read { .. });
+        let npsn = if is_read { read_len.div_ceil(mtu as u64).max(1) as u32 } else { 1 };
+        let read_fresh = is_read && self.offset == 0;
         let w = q.wqe_mut(seq).expect("present");
         if (first && !op.is_read_or_atomic()) || read_fresh || op.is_atomic() {
             w.first_psn = psn;
             w.last_psn = psn.add(w.npkts(mtu).max(w.resp_pkts(mtu)) - 1);
         }
         w.started = true;
+        // The WQE's last packet: for a READ, its last request.
+        let last = if is_read {
+            w.read_sent = self.offset + read_len;
+            w.recharge(&mut res.read_outstanding);
+            w.read_sent >= w.length
+        } else {
+            last
+        };
         self.psn = psn.add(npsn);
         if self.psn_hi.is_before(self.psn) {
             self.psn_hi = self.psn;
@@ -306,12 +370,12 @@ impl Requester {
         if ack_req {
             self.ackreq_psn = Some(psn);
         }
+        if op.is_read_or_atomic() {
+            self.rd_atomic_outstanding += 1;
+        }
         if last {
             self.next = seq + 1;
             self.offset = 0;
-            if op.is_read_or_atomic() {
-                self.rd_atomic_outstanding += 1;
-            }
             if matches!(op, SendOp::Send | SendOp::SendWithImm { .. } | SendOp::SendWithInv { .. }) {
                 res.counters.rdma_sends += 1;
             }
@@ -321,7 +385,7 @@ impl Requester {
                 q.retire(res);
             }
         } else {
-            self.offset += payload_len as u64;
+            self.offset += if is_read { read_len } else { payload_len as u64 };
         }
         if t == QpType::Rc && !q.timers.is_set(TimerKind::Ack) {
             q.timers.set(TimerKind::Ack, ack_timeout(q.attr.timeout).map(|d| now + d));

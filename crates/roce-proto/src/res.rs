@@ -35,6 +35,17 @@ pub(crate) struct Res {
     /// Completions delivered so far (wrapping): lets a driver tell whether
     /// work produced any, without looking at every CQ.
     pub completions_made: u64,
+    /// READ-response bytes asked for and not yet received, across all QPs
+    /// (the sum of every send WQE's `read_charged`), held under
+    /// `cfg.rx_budget_bytes` by the requesters.
+    pub read_outstanding: u64,
+    /// QPs whose next request waits for room under a budget (the READ
+    /// budget or `cfg.tx_budget_bytes`); the engine schedules them again
+    /// when responses free some.
+    pub budget_waiters: Vec<u32>,
+    /// Request bytes sent and not acknowledged across the RC QPs (each
+    /// QP's `tx_charged`), held near `cfg.tx_budget_bytes`.
+    pub tx_unacked: u64,
 }
 
 impl Res {

@@ -3,7 +3,7 @@
 //! when it falls due, hands each expired kind to its owner.
 //!
 //! Kinds: the local ACK timeout and the RNR back-off (IBTA vol. 1
-//! §9.7.6.1.3, §9.7.5.2.8), both the completer's; rate pacing and the
+//! §9.7.6.1.3, §9.7.5.2.8) and the READ tail wait, the completer's; rate pacing and the
 //! congestion controller's timers (`crate::cc`), the engine's.
 
 use crate::time::Instant;
@@ -15,6 +15,9 @@ pub(crate) enum TimerKind {
     Ack,
     /// RNR back-off: the requester waits before it sends again.
     Rnr,
+    /// A READ's responses stopped before its end: ask for the tail again
+    /// (the completer's, see `completer`).
+    ReadTail,
     /// Pacing: the requester may send its next packet (congestion control).
     Pace,
     /// The congestion controller's own timers (DCQCN's alpha and rate
@@ -23,7 +26,8 @@ pub(crate) enum TimerKind {
 }
 
 impl TimerKind {
-    const ALL: [TimerKind; 4] = [TimerKind::Rnr, TimerKind::Ack, TimerKind::Pace, TimerKind::Cc];
+    const ALL: [TimerKind; 5] =
+        [TimerKind::Rnr, TimerKind::Ack, TimerKind::ReadTail, TimerKind::Pace, TimerKind::Cc];
 }
 
 /// One optional deadline per kind.

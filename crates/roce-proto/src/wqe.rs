@@ -57,6 +57,12 @@ pub(crate) struct SendWqe {
     pub started: bool,
     /// READ: bytes of response placed so far.
     pub read_done: u64,
+    /// READ: bytes asked for so far (the end of the last READ request
+    /// sent; a rewind moves it back to `read_done`).
+    pub read_sent: u64,
+    /// READ: bytes of this WQE counted in the device's
+    /// `Res::read_outstanding` (see `recharge`).
+    pub read_charged: u64,
     /// Final status once retired by the completer.
     pub done: Option<WcStatus>,
 }
@@ -69,6 +75,21 @@ impl SendWqe {
             self.length.div_ceil(mtu as u64).max(1) as u32
         }
     }
+    /// Brings this WQE's share of the device's outstanding READ bytes
+    /// (`total`) to what it asked for and has not received.
+    pub fn recharge(&mut self, total: &mut u64) {
+        let now = self.read_sent.saturating_sub(self.read_done);
+        *total = total.saturating_sub(self.read_charged) + now;
+        self.read_charged = now;
+    }
+
+    /// Gives back this WQE's share of the device's outstanding READ bytes
+    /// (it completed, was flushed or dropped).
+    pub fn release(&mut self, total: &mut u64) {
+        *total = total.saturating_sub(self.read_charged);
+        self.read_charged = 0;
+    }
+
     /// Number of response PSNs a READ consumes.
     pub fn resp_pkts(&self, mtu: usize) -> u32 {
         if matches!(self.wr.op, SendOp::Read { .. }) {

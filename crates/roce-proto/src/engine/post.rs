@@ -123,6 +123,8 @@ impl Engine {
             last_psn: Psn::ZERO,
             started: false,
             read_done: 0,
+            read_sent: 0,
+            read_charged: 0,
             done: None,
         });
         if matches!(q.state, QpState::Err | QpState::Sqe) {

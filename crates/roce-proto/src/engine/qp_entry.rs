@@ -11,8 +11,6 @@ pub(super) struct QpRate {
     pub(super) pacer: Pacer,
     /// Cuts already added to the device's `cc_rate_cuts`.
     pub(super) counted_cuts: u64,
-    /// Request to ACK times (DCQCN does not use them; they are reported).
-    pub(super) rtt: RttProbe,
 }
 
 impl QpRate {
@@ -48,6 +46,12 @@ pub(super) struct QpEntry {
     pub(super) cnp_due: bool,
     /// The notification point's spacing of CNPs, made at the first CE mark.
     pub(super) np: Option<NotificationPoint>,
+    /// Request to response times: how long the completer waits for a
+    /// stalled READ's tail (DCQCN does not use them; `qp_rate` reports
+    /// them).
+    pub(super) rtt: RttProbe,
+    /// This QP's share of the device's `Res::tx_unacked`.
+    pub(super) tx_charged: u64,
 }
 
 impl QpEntry {
@@ -64,6 +68,8 @@ impl QpEntry {
             rate: None,
             cnp_due: false,
             np: None,
+            rtt: RttProbe::new(),
+            tx_charged: 0,
         }
     }
 
@@ -142,6 +148,33 @@ impl QpEntry {
         self.core.flush_send(res);
         self.core.flush_recv(res);
         self.req.abort(&self.core);
+        self.recharge_tx(res);
+    }
+
+    /// Brings this QP's share of the device's unacknowledged request
+    /// bytes (`Res::tx_unacked`) up to date: its unacknowledged PSNs times
+    /// the path MTU while it is a live RC QP, else nothing. Only kept
+    /// under `EngineConfig::tx_budget_bytes`.
+    pub(super) fn recharge_tx(&mut self, res: &mut Res) {
+        if res.cfg.tx_budget_bytes.is_none() {
+            return;
+        }
+        let live = self.core.init.qp_type == QpType::Rc && self.core.state != QpState::Err;
+        let now = if live {
+            self.req.psn_hi().distance(self.comp.psn()).max(0) as u64 * self.core.mtu() as u64
+        } else {
+            0
+        };
+        res.tx_unacked = res.tx_unacked.saturating_sub(self.tx_charged) + now;
+        self.tx_charged = now;
+    }
+
+    /// Gives back this QP's shares of the device's budgets (a reset or a
+    /// destroyed QP).
+    pub(super) fn release_budgets(&mut self, res: &mut Res) {
+        self.core.release_reads(res);
+        res.tx_unacked = res.tx_unacked.saturating_sub(self.tx_charged);
+        self.tx_charged = 0;
     }
 
     /// After a role ran: if it raised an error, end the QP now.
@@ -208,14 +241,22 @@ impl QpEntry {
                     dcqcn: Dcqcn::new(p.clone(), res.cfg.line_rate_bps, now),
                     pacer: Pacer::new(),
                     counted_cuts: 0,
-                    rtt: RttProbe::new(),
                 })
             });
             if self.pacer_holds(now) {
                 return None;
             }
         }
+        if let Some(cap) = res.cfg.tx_budget_bytes {
+            if self.tx_charged > 0 && res.tx_unacked >= cap {
+                if self.req.wait_for_budget(res, self.core.qpn) {
+                    res.counters.tx_budget_waits += 1;
+                }
+                return None;
+            }
+        }
         let r = self.req.poll_transmit(&mut self.core, res, now, self.comp.psn(), buf);
+        self.recharge_tx(res);
         if r.is_err() {
             self.settle(res);
             return None;
@@ -232,8 +273,10 @@ impl QpEntry {
             rate.pacer.on_send(floor, wire, rate.dcqcn.rate_bps());
             rate.dcqcn.on_bytes_sent(wire, now);
             rate.settle(res, &mut self.core.timers);
+        }
+        if self.core.init.qp_type == QpType::Rc {
             let bth = roce_wire::bth::Bth::new_unchecked(&buf[..len]);
-            rate.rtt.on_sent(bth.psn(), bth.ack_req(), now);
+            self.rtt.on_sent(bth.psn(), bth.ack_req(), now);
         }
         if self.core.init.qp_type != QpType::Rc {
             self.comp.unreliable_sent(&self.req);

@@ -155,15 +155,16 @@ impl Engine {
         if info.request {
             qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);
         } else {
-            qp.comp.handle_response(&mut qp.req, &mut qp.core, res, now, info, &pkt);
-            if let Some(rate) = &mut qp.rate {
-                rate.rtt.on_acked(qp.comp.psn(), now);
-            }
+            let srtt = qp.rtt.smoothed();
+            qp.comp.handle_response(&mut qp.req, &mut qp.core, res, now, srtt, info, &pkt);
+            qp.rtt.on_acked(qp.comp.psn(), now);
+            qp.recharge_tx(res);
             qp.settle(res);
             qp.check_drained(res);
         }
         qp.settle(res);
         schedule(&mut self.ready, qp);
         sync_timer(&mut self.timers, qp);
+        self.wake_budget_waiters();
     }
 }

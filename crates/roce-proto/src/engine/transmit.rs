@@ -108,8 +108,9 @@ impl Engine {
                 qp.timer_key = None;
                 while let Some(kind) = qp.core.timers.take_next_due(now) {
                     match kind {
-                        TimerKind::Ack | TimerKind::Rnr => {
-                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now)
+                        TimerKind::Ack | TimerKind::Rnr | TimerKind::ReadTail => {
+                            qp.comp.on_timer(kind, &mut qp.req, &mut qp.core, &mut self.res, now);
+                            qp.recharge_tx(&mut self.res);
                         }
                         // The QP is scheduled below: its next packet may go.
                         TimerKind::Pace => {}
@@ -121,6 +122,7 @@ impl Engine {
                 sync_timer(&mut self.timers, qp);
             }
         }
+        self.wake_budget_waiters();
     }
 
     pub(super) fn schedule(&mut self, qpn: u32) {
