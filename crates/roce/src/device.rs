@@ -104,6 +104,11 @@ impl Device {
         ecfg.pacing_slack = roce_proto::Duration::from_micros(200);
         ecfg.cnp = cfg.cnp;
         ecfg.pin_peer_port = cfg.pin_peer_port;
+        // READ responses solicited and not yet received stay within a
+        // quarter of the receive buffer the kernel granted (it charges each
+        // datagram up to twice its payload, and the socket also carries
+        // requests and ACKs): a READ burst never overruns our own socket.
+        ecfg.rx_budget_bytes = (io.buffers().recv_granted as u64 / 4).max(64 << 10);
         let engine = match cfg.seed {
             Some(s) => Engine::new(ecfg, s),
             None => Engine::with_key_seed(ecfg, os_seed()?),
