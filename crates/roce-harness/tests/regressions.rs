@@ -166,16 +166,18 @@ fn responses_to_requests_sent_before_a_rewind_are_accepted() {
 }
 
 /// A RETRY_EXC_ERR is legitimate when the stuck request went out
-/// retry_cnt + 1 times and no response got through: seed 60642 (one of 5
-/// in 200,000) loses or corrupts every copy of a request or its response
-/// eight times in a row (the first of them before the QP's last response,
-/// which acknowledged an earlier PSN: seven after it). The soak counts it
-/// apart, and only after the trace proves it.
+/// retry_cnt + 1 times and no response got through: seed 56836 (one of the
+/// few before the seed mix) loses or corrupts every copy of
+/// a request or its response eight times in a row (the first of them
+/// before the QP's last response, which acknowledged an earlier PSN: seven
+/// after it). The soak counts it apart, and only after the trace proves
+/// it. (Seed 60642 did this until the engine's READ windows changed its
+/// run.)
 #[test]
 fn legitimate_retry_exhaustion_is_told_apart() {
     let cfg = before_the_mix();
-    assert!(roce_harness::run_seed(60642, &cfg).is_err());
-    let why = roce_harness::exhaustion::explain(60642, &cfg).expect("a legitimate exhaustion");
+    assert!(roce_harness::run_seed(56836, &cfg).is_err());
+    let why = roce_harness::exhaustion::explain(56836, &cfg).expect("a legitimate exhaustion");
     assert!(
         why.contains("sent 7 times after the last response, retry_cnt 7")
             && why.contains("no response got through"),
