@@ -2,15 +2,6 @@
 
 use crate::types::OpKind;
 
-/// A name that did not parse (data type, reduction, operation, algorithm).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} {got:?} (expected one of: {expected})")]
-pub struct ParseError {
-    pub what: &'static str,
-    pub got: String,
-    pub expected: &'static str,
-}
-
 /// An error a [`crate::Transport`] reports (a failed post, an error
 /// completion, a dead connection). `peer` names the rank involved when the
 /// transport knows it.

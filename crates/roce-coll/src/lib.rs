@@ -93,9 +93,10 @@ pub mod rendezvous;
 #[cfg(feature = "udp")]
 pub use comm::{CommConfig, CommError, Communicator, Element};
 pub use engine::{Buffers, Config, Engine, Poll};
-pub use error::{Error, ParseError, TransportError, Waiting};
+pub use error::{Error, TransportError, Waiting};
 pub use rendezvous::RendezvousConfig;
 pub use transport::{Completion, Layout, Transport};
+pub use types::ParseError;
 pub use types::{Algo, DataType, OpDesc, OpKind, RedOp};
 
 /// Bytes of the header at the start of every data message.

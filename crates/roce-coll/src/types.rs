@@ -5,7 +5,14 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::ParseError;
+/// A name that did not parse (data type, reduction, operation, algorithm).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {got:?} (expected one of: {expected})")]
+pub struct ParseError {
+    pub what: &'static str,
+    pub got: String,
+    pub expected: &'static str,
+}
 
 /// Element type of a buffer. The names are nccl-tests' `-d` names
 /// (`float`, `double`, `half`, `bfloat16`, `int32`, `int64`, `uint8`);

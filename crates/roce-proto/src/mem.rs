@@ -53,8 +53,6 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::sync::Arc;
 
-use crate::verbs::VerbsError;
-
 /// Page size: the least alignment of every buffer `MemBuf` allocates.
 pub const PAGE_SIZE: usize = 4096;
 
@@ -367,14 +365,14 @@ impl MemBuf {
 
     /// Binds the buffer to `engine` for one more of its regions. Fails if
     /// another engine has it.
-    fn bind(&self, engine: EngineId) -> Result<(), VerbsError> {
+    fn bind(&self, engine: EngineId) -> Result<(), OnOtherDevice> {
         let id = engine.0.get();
         // Acquire: the previous engine's accesses happen before ours (its
         // `release` stored 0 with Release).
         match self.owner.compare_exchange(0, id, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => {}
             Err(cur) if cur == id => {}
-            Err(_) => return Err(VerbsError::BufferOnOtherDevice),
+            Err(_) => return Err(OnOtherDevice),
         }
         // Only the owner changes the count, inside its `&mut` calls.
         self.regs.fetch_add(1, Ordering::Relaxed);
@@ -435,10 +433,16 @@ pub(crate) struct NicBuf {
     buf: Arc<MemBuf>,
 }
 
+/// A buffer bound to one engine was offered to another: a buffer serves
+/// one device at a time, which keeps the NICs' accesses to it sequential
+/// (the engine reports it as `VerbsError::BufferOnOtherDevice`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnOtherDevice;
+
 impl NicBuf {
     /// Binds `buf` to `engine` for one region; fails if another engine has
     /// it. Dropping the `NicBuf` ends the binding.
-    pub(crate) fn bind(buf: Arc<MemBuf>, engine: EngineId) -> Result<NicBuf, VerbsError> {
+    pub(crate) fn bind(buf: Arc<MemBuf>, engine: EngineId) -> Result<NicBuf, OnOtherDevice> {
         buf.bind(engine)?;
         Ok(NicBuf { buf })
     }
@@ -619,13 +623,13 @@ mod tests {
         let b = MemBuf::new(64);
         let r1 = NicBuf::bind(b.clone(), x).unwrap();
         let r2 = NicBuf::bind(b.clone(), x).unwrap();
-        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), VerbsError::BufferOnOtherDevice);
+        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), OnOtherDevice);
         drop(r1);
-        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), VerbsError::BufferOnOtherDevice);
+        assert_eq!(NicBuf::bind(b.clone(), y).unwrap_err(), OnOtherDevice);
         drop(r2);
         let r3 = NicBuf::bind(b.clone(), y).unwrap();
         r3.nic_write(0, &[7; 8]).unwrap();
         assert_eq!(r3.nic_fetch_add(0, 1).unwrap(), 0x0707_0707_0707_0707);
-        assert_eq!(NicBuf::bind(b, x).unwrap_err(), VerbsError::BufferOnOtherDevice);
+        assert_eq!(NicBuf::bind(b, x).unwrap_err(), OnOtherDevice);
     }
 }

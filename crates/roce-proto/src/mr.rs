@@ -61,7 +61,7 @@ impl MrTable {
     /// Binds `buf` to this engine for a new region; fails if another engine
     /// has it.
     pub fn bind(&self, buf: Arc<MemBuf>) -> Result<NicBuf, VerbsError> {
-        NicBuf::bind(buf, self.engine)
+        Ok(NicBuf::bind(buf, self.engine)?)
     }
 
     pub fn contains_key(&self, key: u32) -> bool {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use roce_wire::Psn;
 
-use crate::mem::MemBuf;
+use crate::mem::{MemBuf, OnOtherDevice};
 
 /// Memory and QP access rights (`enum ibv_access_flags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -630,4 +630,10 @@ pub enum VerbsError {
     /// Bytes `[offset, offset + len)` of a `size`-byte region do not exist.
     #[error("bytes [{offset}, +{len}) lie outside the {size}-byte region")]
     OutsideRegion { offset: usize, len: usize, size: usize },
+}
+
+impl From<OnOtherDevice> for VerbsError {
+    fn from(_: OnOtherDevice) -> VerbsError {
+        VerbsError::BufferOnOtherDevice
+    }
 }
