@@ -1,208 +1,30 @@
-//! No import circle inside the crate, checked on the source text.
+//! The fabric's own rules on its import graph, beside the workspace-wide
+//! check (`roce-test-support`'s `tests/rooms.rs`: no circle among any
+//! crate's top-level modules or the files of one folder):
 //!
-//! Every `crate::a::...` and `super::x` path in a file of `src/` (its
-//! `use` lines and paths written inline, tests included; comments aside)
-//! is an edge from the file's module to the module it names. Two graphs
-//! must be acyclic:
-//!
-//! - between the crate's top-level modules, a module with its folder
-//!   counting as one (`sim/nic.rs` is `sim`), tests left out: `deadlock`
-//!   must not reach back to `sim`, nor `scenario` to `toml_scenario`.
-//!   (Tests may use any module as a fixture: the TOML writer's round trip
-//!   reads the built-in scenarios, which are TOML; those edges are printed
-//!   apart.)
-//! - between the files of one folder (`sim/port.rs` -> `sim/frame.rs`).
-//!   A file may use its parent (the folder's own file, whose state it
-//!   works on: `use super::Sim`), and the parent names its children's
-//!   types; those edges are the folder's ownership, not circles.
+//! - the deadlock detector is a pure function: it imports nothing of the
+//!   crate;
+//! - the event loop, the plots and the summary read the scenario's rules
+//!   (`scenario`), not the TOML reader.
 //!
 //! `cargo test -p roce-fabric --test module_graph -- --nocapture` prints
-//! both graphs.
+//! the graphs.
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-type Module = Vec<String>;
-
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
-
-/// `src/a/b.rs` -> [a, b]; `src/a/mod.rs` -> [a]; `src/lib.rs` -> [].
-fn module_of(src: &Path, file: &Path) -> Module {
-    let rel = file.strip_prefix(src).unwrap().with_extension("");
-    let mut m: Module = rel.iter().map(|c| c.to_string_lossy().into_owned()).collect();
-    if m.last().is_some_and(|l| l == "mod" || l == "lib") {
-        m.pop();
-    }
-    m
-}
-
-/// The code of a file, comments removed (line comments; the crate has no
-/// block comments in code).
-fn code(text: &str) -> String {
-    text.lines().map(|l| l.find("//").map_or(l, |i| &l[..i])).collect::<Vec<_>>().join("\n")
-}
-
-/// Identifiers after `prefix` (`crate::` or `super::`): one, or each
-/// first segment of a `{...}` group.
-fn named_after(code: &str, prefix: &str) -> Vec<String> {
-    let ident = |s: &str| -> String { s.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect() };
-    let mut out = Vec::new();
-    let mut rest = code;
-    while let Some(i) = rest.find(prefix) {
-        let before = rest[..i].chars().last();
-        rest = &rest[i + prefix.len()..];
-        if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
-            continue;
-        }
-        if let Some(group) = rest.strip_prefix('{') {
-            let end = group.find('}').unwrap_or(group.len());
-            let mut depth = 0;
-            let mut item = String::new();
-            for c in group[..end].chars().chain(std::iter::once(',')) {
-                match c {
-                    '{' => depth += 1,
-                    '}' => depth -= 1,
-                    ',' if depth == 0 => {
-                        out.push(ident(item.trim()));
-                        item.clear();
-                        continue;
-                    }
-                    _ => {}
-                }
-                item.push(c);
-            }
-        } else {
-            out.push(ident(rest));
-        }
-    }
-    out.retain(|s| !s.is_empty() && s != "self");
-    out
-}
-
-fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
-    fn visit(
-        v: &str,
-        graph: &BTreeMap<String, BTreeSet<String>>,
-        colour: &mut BTreeMap<String, u8>,
-        path: &mut Vec<String>,
-    ) -> Option<Vec<String>> {
-        colour.insert(v.to_string(), 1);
-        path.push(v.to_string());
-        for w in graph.get(v).into_iter().flatten() {
-            match colour.get(w.as_str()) {
-                Some(1) => {
-                    let start = path.iter().position(|x| x == w).unwrap();
-                    return Some(path[start..].to_vec());
-                }
-                None => {
-                    if let Some(c) = visit(w, graph, colour, path) {
-                        return Some(c);
-                    }
-                }
-                _ => {}
-            }
-        }
-        path.pop();
-        colour.insert(v.to_string(), 2);
-        None
-    }
-    let mut colour = BTreeMap::new();
-    for v in graph.keys() {
-        if !colour.contains_key(v) {
-            if let Some(c) = visit(v, graph, &mut colour, &mut Vec::new()) {
-                return Some(c);
-            }
-        }
-    }
-    None
-}
+use roce_test_support::module_graph::Graphs;
 
 #[test]
-fn no_module_imports_another_that_imports_it() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut files = Vec::new();
-    rust_files(&src, &mut files);
-    files.sort();
-    let modules: BTreeSet<Module> = files.iter().map(|f| module_of(&src, f)).collect();
-    // The longest known module a path starting at `m` names.
-    let resolve = |mut m: Module| -> Option<Module> {
-        while !m.is_empty() {
-            if modules.contains(&m) {
-                return Some(m);
-            }
-            m.pop();
-        }
-        None
-    };
-    let mut top: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut within: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    // Between top-level modules, tests left out (a file's tests come last).
-    let mut top_no_tests: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for file in &files {
-        let me = module_of(&src, file);
-        let Some(my_top) = me.first().cloned() else { continue };
-        let text = code(&std::fs::read_to_string(file).unwrap());
-        let no_tests = if me.last().is_some_and(|l| l == "tests") {
-            ""
-        } else {
-            text.split("#[cfg(test)]").next().unwrap_or("")
-        };
-        for first in named_after(no_tests, "crate::") {
-            if let Some(target) = resolve(vec![first]) {
-                if target[0] != my_top {
-                    top_no_tests.entry(my_top.clone()).or_default().insert(target[0].clone());
-                }
-            }
-        }
-        let mut named = Vec::new();
-        for first in named_after(&text, "crate::") {
-            named.push(vec![first]);
-        }
-        if me.len() >= 2 {
-            let parent = me[..me.len() - 1].to_vec();
-            for first in named_after(&text, "super::") {
-                let mut m = parent.clone();
-                m.push(first);
-                named.push(m);
-            }
-        }
-        for target in named.into_iter().filter_map(resolve) {
-            if target[0] != my_top {
-                top.entry(my_top.clone()).or_default().insert(target[0].clone());
-            }
-            let siblings =
-                me.len() >= 2 && target.len() == me.len() && target[..me.len() - 1] == me[..me.len() - 1];
-            if siblings && target != me {
-                within.entry(me.join("/")).or_default().insert(target.join("/"));
-            }
-        }
-    }
-    let print = |name: &str, graph: &BTreeMap<String, BTreeSet<String>>| {
-        println!("{name}:");
-        for (from, to) in graph {
-            println!("  {from} -> {}", to.iter().cloned().collect::<Vec<_>>().join(", "));
-        }
-    };
-    print("top-level modules, tests included", &top);
-    for (name, graph) in [("top-level modules", &top_no_tests), ("files of one folder", &within)] {
-        print(name, graph);
-        assert_eq!(find_cycle(graph), None, "an import circle among the {name}");
-    }
-    // The detector is a pure function: it imports nothing of the crate.
-    assert!(!top.contains_key("deadlock"), "deadlock imports {:?}", top.get("deadlock"));
-    // The event loop, plots and summary read the rules, not the TOML reader.
+fn the_detector_and_the_event_loop_import_what_they_should() {
+    let g = Graphs::of(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    g.print();
+    assert_eq!(g.circle(), None, "an import circle");
+    // The check reads the graph at all: the event loop uses the scenario.
+    assert!(g.top_no_tests.get("sim").is_some_and(|t| t.contains("scenario")), "{:?}", g.top_no_tests);
+    assert!(!g.top.contains_key("deadlock"), "deadlock imports {:?}", g.top.get("deadlock"));
     for m in ["sim", "plot", "summary"] {
         assert!(
-            !top_no_tests.get(m).is_some_and(|t| t.contains("toml_scenario")),
+            !g.top_no_tests.get(m).is_some_and(|t| t.contains("toml_scenario")),
             "{m} imports the TOML reader"
         );
     }

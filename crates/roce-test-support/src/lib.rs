@@ -6,6 +6,8 @@
 //! (python3, scapy, and under CI tshark) is missing, a test skips with a
 //! notice on stderr, except under CI, where that is a failure.
 
+pub mod module_graph;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;

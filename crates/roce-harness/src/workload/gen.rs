@@ -1,5 +1,5 @@
 //! The generator: hosts, links, QPs and receive queues from the seed. The
-//! send WRs of each stream come from [`super::stream`].
+//! send WRs of each stream come from [`stream`].
 //!
 //! Rules the plans obey so that the shadow model can predict every byte:
 //! * each RC stream writes only its own window of the peer's target region
@@ -22,13 +22,13 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use roce_proto::{Duration, Instant, PathMtu, QpCap, QpType};
 
 use super::memory;
-use super::params::Params;
+use super::params::{Params, US};
 use super::plan::*;
-use super::stream::StreamGen;
 use crate::net::{HostId, LinkParams};
 use crate::rng::SimRng;
+use stream::StreamGen;
 
-pub(super) const US: u64 = 1_000;
+mod stream;
 /// Bytes of the GRH in front of a UD receive.
 pub const GRH_LEN: u32 = 40;
 

@@ -18,108 +18,14 @@
 //! The mix draws from its own random stream, so a seed's workload (hosts,
 //! QPs, work requests, link parameters) is the same with or without it.
 
-use roce_proto::cc::{CcAlgorithm, DcqcnParams, Fraction};
+use roce_proto::cc::{DcqcnParams, Fraction};
 use roce_proto::config::CnpConfig;
 use roce_proto::time::{ack_timeout, rnr_timer};
 use roce_proto::{DirectionKey, Duration, Instant, QpKeys};
 
-use super::gen::US;
-use super::plan::{OpKind, Plan, QpIdx};
-use crate::net::HostId;
+use super::params::{MixParams, US};
+use super::plan::{Blackout, CnpInjection, HostCc, Mix, OpKind, Plan};
 use crate::rng::SimRng;
-
-/// How often a seed draws each feature of the mix.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct MixParams {
-    /// Seeds whose hosts may run congestion control (each host then draws
-    /// it with probability 3/4).
-    pub cc_runs: f64,
-    /// Seeds with encrypted QP pairs (each RC pair then draws it with
-    /// probability 1/2).
-    pub crypto_runs: f64,
-    /// Faulty seeds whose links go dark for a while.
-    pub blackout_runs: f64,
-    /// Faults end and a heal phase follows (off: faults last the whole
-    /// run and the run has until `Config::time_limit` to finish).
-    pub heal: bool,
-    /// Faulty seeds whose faults end while the workload still posts (the
-    /// others' end after its last WR).
-    pub early_heal: f64,
-}
-
-impl MixParams {
-    /// The harness before the mix: the workload and its link faults only,
-    /// to the end of the run (each seed then runs as it did then).
-    pub const NONE: MixParams =
-        MixParams { cc_runs: 0.0, crypto_runs: 0.0, blackout_runs: 0.0, heal: false, early_heal: 0.0 };
-}
-
-impl Default for MixParams {
-    fn default() -> Self {
-        MixParams { cc_runs: 0.4, crypto_runs: 0.3, blackout_runs: 0.3, heal: true, early_heal: 0.5 }
-    }
-}
-
-/// A host's congestion control.
-#[derive(Debug, Clone, PartialEq)]
-pub struct HostCc {
-    /// The named set the parameters start from.
-    pub set: &'static str,
-    pub params: DcqcnParams,
-    pub line_rate_bps: u64,
-    pub cnp: CnpConfig,
-}
-
-impl HostCc {
-    pub fn algorithm(&self) -> CcAlgorithm {
-        CcAlgorithm::Dcqcn(self.params.clone())
-    }
-}
-
-/// A directed link that loses every packet in `[from, until)`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Blackout {
-    pub link: (HostId, HostId),
-    pub from: Instant,
-    pub until: Instant,
-}
-
-/// A CNP the network brings to a requester QP at `at`, as a congested
-/// switch on its path would make its peer send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CnpInjection {
-    pub at: Instant,
-    pub qp: QpIdx,
-}
-
-/// Everything a seed drew beside its workload.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Mix {
-    /// Per host: its congestion control (`None`: line rate).
-    pub cc: Vec<Option<HostCc>>,
-    /// Encrypted RC QPs with their keys (both QPs of a pair are listed).
-    pub crypto: Vec<(QpIdx, QpKeys)>,
-    pub cnps: Vec<CnpInjection>,
-    pub blackouts: Vec<Blackout>,
-    /// When the links' random faults end (`None`: the links are clean
-    /// throughout).
-    pub heal_at: Option<Instant>,
-    /// Every posted WR must have completed, and the network be quiet, by
-    /// then (without a heal phase: never, the run's time limit applies).
-    pub deadline: Instant,
-}
-
-impl Mix {
-    /// The first time after which no fault, drawn or directed, strikes.
-    pub fn faults_end(&self) -> Instant {
-        let dark = self.blackouts.iter().map(|b| b.until).max().unwrap_or(Instant::ZERO);
-        self.heal_at.unwrap_or(Instant::ZERO).max(dark)
-    }
-
-    pub fn cc_hosts(&self) -> usize {
-        self.cc.iter().flatten().count()
-    }
-}
 
 /// Draws the mix of a plan (the plan keeps its workload; only `plan.mix`
 /// is set).

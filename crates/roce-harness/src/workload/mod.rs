@@ -8,12 +8,10 @@ mod params;
 mod plan;
 mod recv;
 mod setup;
-mod stream;
 mod ud;
 
 pub use gen::{generate, GRH_LEN};
 pub use memory::{ATOM, LAND, RECV, SRC, TGT, UDOUT};
-pub use mix::{Mix, MixParams};
-pub use params::{Faults, Params};
+pub use params::{Faults, MixParams, Params};
 pub use plan::*;
 pub use setup::{setup, Live, LiveHost};

@@ -2,6 +2,9 @@
 //! features and faults it may use. The seed picks concrete values inside
 //! these bounds.
 
+/// A microsecond in the harness's nanoseconds.
+pub(super) const US: u64 = 1_000;
+
 /// Bounds for link faults; each link of a faulty run draws each probability
 /// uniformly in `[0, max]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,7 +59,7 @@ pub struct Params {
     pub tight_timeouts: bool,
     pub faults: Faults,
     /// How often seeds draw congestion control, encryption and blackouts.
-    pub mix: super::mix::MixParams,
+    pub mix: MixParams,
 }
 
 impl Default for Params {
@@ -74,7 +77,39 @@ impl Default for Params {
             tight_timeouts: true,
             small_queues: true,
             faults: Faults::default(),
-            mix: super::mix::MixParams::default(),
+            mix: MixParams::default(),
         }
+    }
+}
+
+/// How often a seed draws each feature of the mix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MixParams {
+    /// Seeds whose hosts may run congestion control (each host then draws
+    /// it with probability 3/4).
+    pub cc_runs: f64,
+    /// Seeds with encrypted QP pairs (each RC pair then draws it with
+    /// probability 1/2).
+    pub crypto_runs: f64,
+    /// Faulty seeds whose links go dark for a while.
+    pub blackout_runs: f64,
+    /// Faults end and a heal phase follows (off: faults last the whole
+    /// run and the run has until `Config::time_limit` to finish).
+    pub heal: bool,
+    /// Faulty seeds whose faults end while the workload still posts (the
+    /// others' end after its last WR).
+    pub early_heal: f64,
+}
+
+impl MixParams {
+    /// The harness before the mix: the workload and its link faults only,
+    /// to the end of the run (each seed then runs as it did then).
+    pub const NONE: MixParams =
+        MixParams { cc_runs: 0.0, crypto_runs: 0.0, blackout_runs: 0.0, heal: false, early_heal: 0.0 };
+}
+
+impl Default for MixParams {
+    fn default() -> Self {
+        MixParams { cc_runs: 0.4, crypto_runs: 0.3, blackout_runs: 0.3, heal: true, early_heal: 0.5 }
     }
 }

@@ -5,7 +5,9 @@
 
 use std::net::IpAddr;
 
-use roce_proto::{Access, Instant, PathMtu, QpCap, QpType, WcOpcode, WcStatus};
+use roce_proto::cc::{CcAlgorithm, DcqcnParams};
+use roce_proto::config::CnpConfig;
+use roce_proto::{Access, Instant, PathMtu, QpCap, QpKeys, QpType, WcOpcode, WcStatus};
 
 use crate::net::{HostId, LinkParams};
 
@@ -348,7 +350,7 @@ pub struct Plan {
     pub counters: Vec<SharedCounter>,
     /// What the seed drew beside the workload (see `mix`; empty until
     /// `mix::draw`).
-    pub mix: super::mix::Mix,
+    pub mix: Mix,
 }
 
 impl Plan {
@@ -374,5 +376,66 @@ impl Plan {
     pub fn num_wrs(&self) -> usize {
         self.streams.iter().map(|s| s.ops.len()).sum::<usize>()
             + self.recvs.iter().map(|r| r.wqes.len()).sum::<usize>()
+    }
+}
+
+/// A host's congestion control.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostCc {
+    /// The named set the parameters start from.
+    pub set: &'static str,
+    pub params: DcqcnParams,
+    pub line_rate_bps: u64,
+    pub cnp: CnpConfig,
+}
+
+impl HostCc {
+    pub fn algorithm(&self) -> CcAlgorithm {
+        CcAlgorithm::Dcqcn(self.params.clone())
+    }
+}
+
+/// A directed link that loses every packet in `[from, until)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Blackout {
+    pub link: (HostId, HostId),
+    pub from: Instant,
+    pub until: Instant,
+}
+
+/// A CNP the network brings to a requester QP at `at`, as a congested
+/// switch on its path would make its peer send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CnpInjection {
+    pub at: Instant,
+    pub qp: QpIdx,
+}
+
+/// Everything a seed drew beside its workload.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Mix {
+    /// Per host: its congestion control (`None`: line rate).
+    pub cc: Vec<Option<HostCc>>,
+    /// Encrypted RC QPs with their keys (both QPs of a pair are listed).
+    pub crypto: Vec<(QpIdx, QpKeys)>,
+    pub cnps: Vec<CnpInjection>,
+    pub blackouts: Vec<Blackout>,
+    /// When the links' random faults end (`None`: the links are clean
+    /// throughout).
+    pub heal_at: Option<Instant>,
+    /// Every posted WR must have completed, and the network be quiet, by
+    /// then (without a heal phase: never, the run's time limit applies).
+    pub deadline: Instant,
+}
+
+impl Mix {
+    /// The first time after which no fault, drawn or directed, strikes.
+    pub fn faults_end(&self) -> Instant {
+        let dark = self.blackouts.iter().map(|b| b.until).max().unwrap_or(Instant::ZERO);
+        self.heal_at.unwrap_or(Instant::ZERO).max(dark)
+    }
+
+    pub fn cc_hosts(&self) -> usize {
+        self.cc.iter().flatten().count()
     }
 }

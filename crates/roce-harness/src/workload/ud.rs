@@ -7,8 +7,9 @@ use std::net::IpAddr;
 
 use roce_proto::{Instant, QpType};
 
-use super::gen::{split, Gen, Timing, GRH_LEN, US};
+use super::gen::{split, Gen, Timing, GRH_LEN};
 use super::memory::{alloc, UDOUT};
+use super::params::US;
 use super::plan::*;
 
 /// Largest UD message (the engine's UD MTU).

@@ -4,10 +4,10 @@
 
 use roce_proto::QpCap;
 
-use super::gen::{split, Gen, Timing};
-use super::memory::{alloc, ATOM, LAND, SRC, TGT};
-use super::plan::*;
+use super::{split, Gen, Timing};
 use crate::net::HostId;
+use crate::workload::memory::{alloc, ATOM, LAND, SRC, TGT};
+use crate::workload::plan::*;
 
 /// The operations a stream draws from, with weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
