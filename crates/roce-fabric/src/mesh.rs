@@ -15,6 +15,16 @@
 //!
 //! Links without a rate are infinitely fast: every datagram an engine has
 //! leaves at once, as in an ideal network.
+//!
+//! [`Mesh::on_fabric`] puts the client's hosts on a scenario's topology
+//! instead (switches with their shared buffer, PFC and ECN marking, the
+//! scenario's routes and deadlock check). There the hooks judge and see
+//! each datagram on its first hop only, the link from its host to the
+//! switch (`to` still names the destination host, and a copy's `arrive`
+//! is when it reaches the switch); what a switch does with it later
+//! (queueing, ECN marks, a drop when a buffer overflows) shows in
+//! [`Mesh::counters`]. Faults are set per link end with
+//! [`Mesh::set_faults`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,7 +57,10 @@ pub struct MeshLink {
 pub struct Mesh<H: LinkHooks> {
     sim: Sim<H>,
     hosts: usize,
-    /// The port of each (from, to) pair: `port[from * hosts + to]`.
+    /// Nodes of the fabric (on a mesh, the hosts).
+    nodes: usize,
+    /// The port of each (from, to) pair of neighbours, `usize::MAX` for
+    /// others: `port[from * nodes + to]`.
     port: Vec<usize>,
 }
 
@@ -106,11 +119,8 @@ impl<H: LinkHooks> Mesh<H> {
         };
         let mut sim = Sim::build(Rc::new(scn), hooks)?;
         sim.rng_links = rng;
-        let mut port = vec![usize::MAX; n * n];
-        for (p, x) in sim.ports.iter().enumerate() {
-            port[x.node * n + sim.ports[x.peer].node] = p;
-        }
-        let mut mesh = Mesh { sim, hosts: n, port };
+        let port = port_table(&sim, n);
+        let mut mesh = Mesh { sim, hosts: n, nodes: n, port };
         for from in 0..n {
             for to in (0..n).filter(|&to| to != from) {
                 mesh.set_link(from, to, link(from, to));
@@ -124,9 +134,99 @@ impl<H: LinkHooks> Mesh<H> {
         Ok(mesh)
     }
 
-    /// Sets the one-way link `from -> to`.
+    /// The client's `hosts` (each a host node of `scn` with one link, its
+    /// engine at its GIDs; two at least, no address on two) on the
+    /// topology of `scn`: its switches (shared buffer, PFC, ECN marking,
+    /// as `scn.switch` and `scn.nic` set them), links (rates, delays,
+    /// faults) and routes, and its deadlock check every
+    /// `scn.deadlock_check_ps` (see [`Mesh::deadlock`]). The scenario is
+    /// validated as a file's would be ([`crate::scenario::validate`]) and
+    /// has no flows of its own. Faults draw from `rng`.
+    pub fn on_fabric(
+        scn: Scenario,
+        hosts: Vec<(NodeId, Engine)>,
+        rng: SimRng,
+        hooks: H,
+    ) -> Result<Mesh<H>, FabricError> {
+        crate::scenario::validate(&scn)?;
+        if !scn.flows.is_empty() {
+            return Err(FabricError::ClientFlows(scn.flows.len()));
+        }
+        if hosts.len() < 2 {
+            return Err(FabricError::MeshTooSmall(hosts.len()));
+        }
+        let nodes = scn.nodes.len();
+        let mut links = vec![0usize; nodes];
+        for l in &scn.links {
+            links[l.a] += 1;
+            links[l.b] += 1;
+        }
+        let mut addrs = HashMap::new();
+        let mut placed = vec![false; nodes];
+        for (node, e) in &hosts {
+            let node = *node;
+            let why = if node >= nodes {
+                Some("no such node")
+            } else if scn.nodes[node].kind != NodeKind::Host {
+                Some("not a host node")
+            } else if placed[node] {
+                Some("two hosts on it")
+            } else if links[node] != 1 {
+                Some("a client host has exactly one link")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(FabricError::ClientHost { node, why });
+            }
+            placed[node] = true;
+            for &a in &e.config().gids {
+                if addrs.insert(a, node).is_some() {
+                    return Err(FabricError::AddressTwice(a));
+                }
+            }
+        }
+        let mut sim = Sim::build(Rc::new(scn), hooks)?;
+        sim.rng_links = rng;
+        let port = port_table(&sim, nodes);
+        let n = hosts.len();
+        for (node, engine) in hosts {
+            // One port: every datagram leaves by it.
+            sim.add_client_host(node, engine, Vec::new());
+        }
+        sim.set_addresses(addrs);
+        sim.schedule_deadlock_checks();
+        Ok(Mesh { sim, hosts: n, nodes, port })
+    }
+
+    /// Sets the faults of the one-way link `from -> to` (neighbours), its
+    /// rate and delay unchanged.
+    pub fn set_faults(&mut self, from: NodeId, to: NodeId, faults: Faults) -> Result<(), FabricError> {
+        let p = self.port_of(from, to).ok_or(FabricError::NoLink { from, to })?;
+        self.sim.ports[p].set_faults(faults);
+        Ok(())
+    }
+
+    /// The cycle of paused queues the fabric's deadlock check found (an
+    /// [`crate::report::Ending::Deadlock`]), if it did; the checks then
+    /// stop.
+    pub fn deadlock(&self) -> Option<&crate::report::Ending> {
+        self.sim.deadlock()
+    }
+
+    fn port_of(&self, from: NodeId, to: NodeId) -> Option<usize> {
+        if from >= self.nodes || to >= self.nodes {
+            return None;
+        }
+        Some(self.port[from * self.nodes + to]).filter(|&p| p != usize::MAX)
+    }
+
+    /// Sets the one-way link `from -> to` of a mesh.
+    ///
+    /// # Panics
+    /// If `from` and `to` are not neighbours (on a mesh, any two hosts).
     pub fn set_link(&mut self, from: NodeId, to: NodeId, l: MeshLink) {
-        let p = self.port[from * self.hosts + to];
+        let p = self.port_of(from, to).unwrap_or_else(|| panic!("no link from {from} to {to}"));
         let port = &mut self.sim.ports[p];
         port.set_delay(l.delay.max(PS_PER_NS));
         match l.rate_bps {
@@ -140,6 +240,7 @@ impl<H: LinkHooks> Mesh<H> {
         port.set_faults(l.faults);
     }
 
+    /// The client's hosts.
     pub fn hosts(&self) -> usize {
         self.hosts
     }
@@ -208,6 +309,69 @@ impl<H: LinkHooks> Mesh<H> {
     pub fn hooks_mut(&mut self) -> &mut H {
         &mut self.sim.hooks
     }
+}
+
+/// A client's switched fabric for [`Mesh::on_fabric`]: switches in a line
+/// (node ids after the hosts), `split[k]` hosts on switch `k` (hosts are
+/// nodes `0..split.iter().sum()`, in order), each host on its own link of
+/// `host_link` (rate in bit/s, one-way delay in ps), neighbouring switches
+/// joined by one link of `trunk`, the switches as `switch` sets them.
+/// Acknowledgements travel at their QP's priority (no separate ACK
+/// priority) and no deadlock check runs unless the caller sets one.
+pub fn switched_scenario(
+    split: &[usize],
+    host_link: (u64, Time),
+    trunk: (u64, Time),
+    switch: SwitchConfig,
+) -> Scenario {
+    let hosts: usize = split.iter().sum();
+    let mut nodes: Vec<NodeSpec> =
+        (0..hosts).map(|h| NodeSpec { kind: NodeKind::Host, name: format!("h{h}") }).collect();
+    nodes.extend((0..split.len()).map(|k| NodeSpec { kind: NodeKind::Switch, name: format!("sw{k}") }));
+    let link = |a, b, (rate_bps, delay_ps): (u64, Time)| LinkSpec {
+        a,
+        b,
+        rate_bps,
+        delay_ps,
+        loss: 0.0,
+        faults: LinkFaults::default(),
+    };
+    let mut links = Vec::new();
+    let mut h = 0;
+    for (k, &n) in split.iter().enumerate() {
+        for _ in 0..n {
+            links.push(link(h, hosts + k, host_link));
+            h += 1;
+        }
+        if k > 0 {
+            links.push(link(hosts + k - 1, hosts + k, trunk));
+        }
+    }
+    Scenario {
+        name: "switched".into(),
+        seed: 0,
+        nodes,
+        links,
+        flows: Vec::new(),
+        switch,
+        nic: NicConfig { ack_priority: None, ..NicConfig::hpcc() },
+        framing: Framing::Ethernet,
+        routes: Vec::new(),
+        events: Vec::new(),
+        watchdog: None,
+        stop_ps: None,
+        deadlock_check_ps: 0,
+        monitor: MonitorConfig::default(),
+    }
+}
+
+/// The port of each (from, to) pair of neighbours among `nodes`.
+fn port_table<H: LinkHooks>(sim: &Sim<H>, nodes: usize) -> Vec<usize> {
+    let mut port = vec![usize::MAX; nodes * nodes];
+    for (p, x) in sim.ports.iter().enumerate() {
+        port[x.node * nodes + sim.ports[x.peer].node] = p;
+    }
+    port
 }
 
 #[cfg(test)]

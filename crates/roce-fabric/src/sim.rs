@@ -79,6 +79,16 @@ pub enum FabricError {
     /// A mesh's hosts have distinct addresses.
     #[error("invalid scenario: address {0} assigned to two hosts")]
     AddressTwice(IpAddr),
+    /// A client's host on a switched fabric is a host node of its own,
+    /// with one link.
+    #[error("invalid scenario: client host on node {node}: {why}")]
+    ClientHost { node: NodeId, why: &'static str },
+    /// A client's fabric has no flows of its own: the client drives it.
+    #[error("invalid scenario: {0} flows on a client's fabric: it has none")]
+    ClientFlows(usize),
+    /// Links are set between neighbours only.
+    #[error("no link from node {from} to node {to}")]
+    NoLink { from: NodeId, to: NodeId },
     /// A verb failed setting up a host's objects.
     #[error("engine of host {host}: {verb}: {source}")]
     Engine { host: NodeId, verb: &'static str, source: VerbsError },
@@ -340,6 +350,8 @@ impl<H: LinkHooks> Sim<H> {
         }
         while self.heap.peek_time() == Some(t) {
             let (t, ev) = self.heap.pop().expect("peeked");
+            // A deadlock found sets `ending` (and stops the checks); the
+            // client reads it and decides.
             self.handle(t, ev);
         }
         StepEnd::Ran

@@ -135,3 +135,72 @@ fn a_mesh_needs_two_hosts_with_their_own_addresses() {
     let err = Mesh::new(Vec::from(p.e), link, SimRng::new(1), Watch::default()).err().unwrap();
     assert!(err.to_string().contains("assigned to two hosts"), "{err}");
 }
+
+/// A and B on two switches joined by one link; A's WRITE of 64 bytes
+/// crosses both, its ACK comes back.
+#[test]
+fn a_write_crosses_a_switched_fabric_and_the_hooks_see_the_first_hop() {
+    let mut p = Pair::with_seeds([1, 2]);
+    let src = p.region(A, 4096, 0x1000, Access::ALL);
+    let dst = p.region(B, 4096, 0x2000, Access::ALL);
+    p.put(&src, 0, &[0x5a; 64]);
+    let conn = p.connect(PathMtu::Mtu1024, [10, 20], |c| c.timeout = 8);
+    let wr = SendWr::new(
+        7,
+        SendOp::Write { remote_addr: dst.keys.addr, rkey: dst.keys.rkey },
+        vec![sge(&src, 0, 64)],
+    );
+    p.e[A].post_send(conn.qpn[A], wr).unwrap();
+    let cq = p.cq[A];
+    let [ea, eb] = p.e;
+    let mut scn = switched_scenario(
+        &[1, 1],
+        (100_000_000_000, PS_PER_US),
+        (10_000_000_000, 2 * PS_PER_US),
+        SwitchConfig { lossless_mask: 0xff, ..SwitchConfig::hpcc() },
+    );
+    scn.deadlock_check_ps = 50 * PS_PER_US;
+    let mut mesh = Mesh::on_fabric(scn, vec![(A, ea), (B, eb)], SimRng::new(9), Watch::default()).unwrap();
+    mesh.kick();
+    while mesh.step(Time::MAX, 100_000) == StepEnd::Ran {
+        mesh.kick();
+    }
+    let mut wc = vec![Wc::EMPTY; 8];
+    let n = mesh.engine_mut(A).poll_cq(cq, &mut wc).unwrap();
+    assert_eq!((n, wc[0].wr_id, wc[0].status), (1, 7, WcStatus::Success));
+    let mut got = vec![0; 64];
+    mesh.engine_mut(B).mr_read(dst.keys.lkey, 0, &mut got).unwrap();
+    assert_eq!(got, [0x5a; 64]);
+    // Each datagram once, on its first hop, naming the destination host;
+    // it reaches the first switch after the host link's delay plus its
+    // serialisation.
+    let c = &mesh.hooks().copies;
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert_eq!((c[0].2, c[0].3, c[0].5, c[0].6), (A, Some(B), Fate::Delivered, WRITE_ONLY));
+    assert_eq!((c[1].2, c[1].3, c[1].5, c[1].6), (B, Some(A), Fate::Delivered, ACK));
+    assert!(c[0].1.unwrap() > c[0].0 + PS_PER_US, "{c:?}");
+    assert_eq!(mesh.hooks().judged, 2);
+    assert!(mesh.deadlock().is_none());
+    assert_eq!(mesh.counters().dropped_buffer, 0);
+    // Faults are set on a host's own link, not between two hosts.
+    assert!(mesh.set_faults(A, 2, Faults { loss: 1.0, ..Faults::default() }).is_ok());
+    let err = mesh.set_faults(A, B, Faults::default()).unwrap_err();
+    assert!(err.to_string().contains("no link"), "{err}");
+}
+
+#[test]
+fn a_switched_fabric_refuses_hosts_it_cannot_place() {
+    let scn = switched_scenario(&[2], (10_000_000_000, PS_PER_US), (0, 0), SwitchConfig::hpcc());
+    let place = |nodes: [NodeId; 2]| {
+        let [ea, eb] = Pair::with_seeds([1, 2]).e;
+        let hosts = vec![(nodes[0], ea), (nodes[1], eb)];
+        Mesh::on_fabric(scn.clone(), hosts, SimRng::new(1), Watch::default()).err().map(|e| e.to_string())
+    };
+    assert!(place([0, 1]).is_none());
+    assert!(place([0, 2]).unwrap().contains("not a host node"));
+    assert!(place([0, 0]).unwrap().contains("two hosts on it"));
+    assert!(place([0, 7]).unwrap().contains("no such node"));
+    let [ea, _] = Pair::with_seeds([1, 2]).e;
+    let err = Mesh::on_fabric(scn, vec![(0, ea)], SimRng::new(1), Watch::default()).err().unwrap();
+    assert!(err.to_string().contains("two at least"), "{err}");
+}

@@ -25,6 +25,19 @@ impl<H: LinkHooks> Sim<H> {
         self.addrs = addrs;
     }
 
+    /// The deadlock check of the scenario, every `deadlock_check_ps` (if
+    /// set) while anything real is pending.
+    pub(crate) fn schedule_deadlock_checks(&mut self) {
+        if self.scn.deadlock_check_ps > 0 {
+            self.push(self.scn.deadlock_check_ps, Ev::DeadlockCheck);
+        }
+    }
+
+    /// The cycle of paused queues the deadlock check found, if it did.
+    pub(crate) fn deadlock(&self) -> Option<&crate::report::Ending> {
+        self.ending.as_ref().filter(|e| matches!(e, crate::report::Ending::Deadlock { .. }))
+    }
+
     pub(crate) fn host_of(&self, a: IpAddr) -> Option<NodeId> {
         self.addrs.get(&a).copied()
     }

@@ -32,7 +32,9 @@ impl<H: LinkHooks> Sim<H> {
             self.drop_frame(hop);
             return;
         }
-        let hooked = H::ACTIVE && !hop.pfc();
+        // A client watches the datagrams its hosts put on their links (on
+        // a mesh every link; on a switched fabric the first hop only).
+        let hooked = H::ACTIVE && !hop.pfc() && self.ports[p].at_host;
         if !faulty && !hooked {
             self.on_the_wire(p, arrive, hop);
             return;
@@ -45,7 +47,9 @@ impl<H: LinkHooks> Sim<H> {
     /// link's faults, decide what copies arrive when.
     pub(super) fn send_copies(&mut self, p: usize, hop: Hop, arrive: Time, hooked: bool) {
         let fid = hop.fid;
-        let (from, to) = (self.ports[p].node, self.ports[self.ports[p].peer].node);
+        // The hooks name the sending host and the destination host (on a
+        // mesh, the link's far end).
+        let (from, to) = (self.ports[p].node, hop.dst as usize);
         let n = self.slots[fid as usize].bytes.len();
         let mut verdict = Verdict::Pass;
         // The frame whose bytes `scratch` holds, as they are now.
