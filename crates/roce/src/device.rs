@@ -109,6 +109,12 @@ impl Device {
         // datagram up to twice its payload, and the socket also carries
         // requests and ACKs): a READ burst never overruns our own socket.
         ecfg.rx_budget_bytes = (io.buffers().recv_granted as u64 / 4).max(64 << 10);
+        // A READ's missing tail is asked for again after 20 ms at the least:
+        // a busy host (or a peer in an emulated VM) stalls a response stream
+        // for several milliseconds without losing it, and a re-request then
+        // only costs the peer a duplicate; 20 ms is still a third of the
+        // ACK timeout most programs set (14: 67 ms).
+        ecfg.read_tail_floor = roce_proto::Duration::from_millis(20);
         let engine = match cfg.seed {
             Some(s) => Engine::new(ecfg, s),
             None => Engine::with_key_seed(ecfg, os_seed()?),
