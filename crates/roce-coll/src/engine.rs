@@ -183,6 +183,10 @@ struct Run {
     chunk_elems: usize,
     sendq: Vec<PeerQ>,
     recvq: Vec<PeerQ>,
+    /// The peers this rank sends to / receives from in this call (2 in a
+    /// ring, whatever `n`): progress scans only these.
+    send_peers: Vec<usize>,
+    recv_peers: Vec<usize>,
     remaining: usize,
     outstanding: usize,
     last_activity: u64,
@@ -397,7 +401,11 @@ impl Engine {
             xs.push(XState { chunks, done: vec![false; chunks], prefix: 0, deps: d });
         }
         let now = t.now_ns();
+        let send_peers = (0..n).filter(|&p| !sendq[p].items.is_empty()).collect();
+        let recv_peers = (0..n).filter(|&p| !recvq[p].items.is_empty()).collect();
         self.run = Some(Run {
+            send_peers,
+            recv_peers,
             header: Header::for_call(&desc, seq, rank),
             desc,
             seq,
@@ -623,7 +631,8 @@ impl Engine {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
-        for peer in 0..run.recvq.len() {
+        for i in 0..run.recv_peers.len() {
+            let peer = run.recv_peers[i];
             let mut i = 0;
             while i < run.recvq[peer].pending.len() {
                 let a = run.recvq[peer].pending[i];
@@ -657,7 +666,8 @@ impl Engine {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
-        for peer in 0..run.sendq.len() {
+        for i in 0..run.send_peers.len() {
+            let peer = run.send_peers[i];
             while run.sendq[peer].cursor < run.sendq[peer].items.len() {
                 let msg = run.sendq[peer].cursor;
                 let (x, c) = run.sendq[peer].items[msg];
