@@ -374,7 +374,6 @@ impl Engine {
             _ => {}
         }
         let seq = self.seq;
-        self.seq = self.seq.wrapping_add(1);
         let sched = if desc.count == 0 && desc.op != OpKind::Barrier {
             Schedule::default()
         } else {
@@ -400,6 +399,13 @@ impl Engine {
             remaining += chunks;
             xs.push(XState { chunks, done: vec![false; chunks], prefix: 0, deps: d });
         }
+        if sendq.iter().chain(recvq.iter()).any(|q| q.items.len() > u32::MAX as usize) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: more than 2^32 messages to one peer; use larger slots",
+                desc.op
+            )));
+        }
+        self.seq = self.seq.wrapping_add(1);
         let now = t.now_ns();
         let send_peers = (0..n).filter(|&p| !sendq[p].items.is_empty()).collect();
         let recv_peers = (0..n).filter(|&p| !recvq[p].items.is_empty()).collect();
@@ -533,7 +539,12 @@ impl Engine {
             Completion::Sent { peer, channel, token } => {
                 let run = self.run.as_mut().unwrap();
                 let slot = token as usize;
-                if peer >= n || channel >= l.channels || slot >= l.slots || run.outstanding == 0 {
+                if peer >= n
+                    || channel >= l.channels
+                    || slot >= l.slots
+                    || run.sendq[peer].outstanding == 0
+                    || self.links[peer].slots[channel][slot].idle
+                {
                     return Err(Error::Protocol {
                         op: run.desc.op,
                         seq: run.seq,
