@@ -67,6 +67,19 @@ fn tree_depth(n: usize) -> f64 {
     (lg(n.max(1)) + if n.is_power_of_two() { 0.0 } else { 1.0 }).max(1.0)
 }
 
+/// The most any rank sends in a double-tree all-reduce, in units of the
+/// vector size: per tree, half the vector to the parent and to each child.
+fn tree_send_factor(n: usize) -> f64 {
+    (0..n)
+        .map(|r| {
+            crate::tree::dtree(n, r)
+                .iter()
+                .map(|t| (t.parent.is_some() as usize + t.children.iter().flatten().count()) as f64 * 0.5)
+                .sum::<f64>()
+        })
+        .fold(0.0, f64::max)
+}
+
 /// Predicted time in ns of `op` on `bytes` per rank (the `count *
 /// size(type)` of the call) over `n` ranks with `algo`, or `None` if the
 /// algorithm does not run the operation.
@@ -103,10 +116,10 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             // each tree moves S/2 up and S/2 down; a rank interior in one
             // tree and a leaf in the other sends (and receives) 1.5 S + 0.5 S
             // = 2 S in total (NCCL: "each GPU sends and receives ~2S"),
-            // pipelined in chunks.
+            // pipelined in chunks; the busiest rank's share, exactly.
             let d = tree_depth(n);
             let c = chunk.min(s / 2.0);
-            2.0 * d * a + 2.0 * s / bw + 2.0 * (d - 1.0) * c / bw + s / red
+            2.0 * d * a + tree_send_factor(n) * s / bw + 2.0 * (d - 1.0) * c / bw + s / red
         }
         (OpKind::ReduceScatter, Algo::Ring) | (OpKind::AllGather, Algo::Ring) => {
             let r = if op == OpKind::ReduceScatter { (nf - 1.0) * s / red } else { 0.0 };

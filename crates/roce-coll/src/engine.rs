@@ -183,6 +183,10 @@ struct Run {
     chunk_elems: usize,
     sendq: Vec<PeerQ>,
     recvq: Vec<PeerQ>,
+    /// The peers this rank sends to / receives from in this call (2 in a
+    /// ring, whatever `n`): progress scans only these.
+    send_peers: Vec<usize>,
+    recv_peers: Vec<usize>,
     remaining: usize,
     outstanding: usize,
     last_activity: u64,
@@ -370,7 +374,6 @@ impl Engine {
             _ => {}
         }
         let seq = self.seq;
-        self.seq = self.seq.wrapping_add(1);
         let sched = if desc.count == 0 && desc.op != OpKind::Barrier {
             Schedule::default()
         } else {
@@ -396,8 +399,19 @@ impl Engine {
             remaining += chunks;
             xs.push(XState { chunks, done: vec![false; chunks], prefix: 0, deps: d });
         }
+        if sendq.iter().chain(recvq.iter()).any(|q| q.items.len() > u32::MAX as usize) {
+            return Err(Error::InvalidArgument(format!(
+                "{}: more than 2^32 messages to one peer; use larger slots",
+                desc.op
+            )));
+        }
+        self.seq = self.seq.wrapping_add(1);
         let now = t.now_ns();
+        let send_peers = (0..n).filter(|&p| !sendq[p].items.is_empty()).collect();
+        let recv_peers = (0..n).filter(|&p| !recvq[p].items.is_empty()).collect();
         self.run = Some(Run {
+            send_peers,
+            recv_peers,
             header: Header::for_call(&desc, seq, rank),
             desc,
             seq,
@@ -525,7 +539,12 @@ impl Engine {
             Completion::Sent { peer, channel, token } => {
                 let run = self.run.as_mut().unwrap();
                 let slot = token as usize;
-                if peer >= n || channel >= l.channels || slot >= l.slots || run.outstanding == 0 {
+                if peer >= n
+                    || channel >= l.channels
+                    || slot >= l.slots
+                    || run.sendq[peer].outstanding == 0
+                    || self.links[peer].slots[channel][slot].idle
+                {
                     return Err(Error::Protocol {
                         op: run.desc.op,
                         seq: run.seq,
@@ -623,7 +642,8 @@ impl Engine {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
-        for peer in 0..run.recvq.len() {
+        for i in 0..run.recv_peers.len() {
+            let peer = run.recv_peers[i];
             let mut i = 0;
             while i < run.recvq[peer].pending.len() {
                 let a = run.recvq[peer].pending[i];
@@ -657,7 +677,8 @@ impl Engine {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
-        for peer in 0..run.sendq.len() {
+        for i in 0..run.send_peers.len() {
+            let peer = run.send_peers[i];
             while run.sendq[peer].cursor < run.sendq[peer].items.len() {
                 let msg = run.sendq[peer].cursor;
                 let (x, c) = run.sendq[peer].items[msg];

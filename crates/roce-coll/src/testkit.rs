@@ -31,6 +31,9 @@ pub struct NetConfig {
     pub start_at_ns: Vec<u64>,
     /// Ranks that stop being driven at the given time (a hung process).
     pub stall: Vec<(usize, u64)>,
+    /// `(rank, k)`: the `k`-th data write (from 0) the rank posts arrives
+    /// with its first byte flipped (a corrupt or foreign message).
+    pub corrupt: Vec<(usize, u64)>,
 }
 
 impl NetConfig {
@@ -41,6 +44,7 @@ impl NetConfig {
             max_delay_ns: 20_000,
             start_at_ns: Vec::new(),
             stall: Vec::new(),
+            corrupt: Vec::new(),
         }
     }
 }
@@ -74,6 +78,9 @@ pub struct Net {
     order: u64,
     /// Bumped by every post and delivery: "something moved".
     pub activity: u64,
+    corrupt: Vec<(usize, u64)>,
+    /// Data writes posted, per rank.
+    writes: Vec<u64>,
 }
 
 impl Net {
@@ -157,8 +164,13 @@ impl Transport for MemTransport {
             return Err(TransportError::new(Some(peer), format!("bad write: peer {peer}, {len} bytes")));
         }
         let r = self.range(channel, slot);
-        let bytes = self.staging[peer][r][..len].to_vec();
+        let mut bytes = self.staging[peer][r][..len].to_vec();
         let mut net = self.net.borrow_mut();
+        let k = net.writes[self.rank];
+        net.writes[self.rank] += 1;
+        if net.corrupt.contains(&(self.rank, k)) && !bytes.is_empty() {
+            bytes[0] ^= 0xff;
+        }
         net.push(self.rank, peer, channel, Kind::Data { slot, bytes, imm });
         // the acknowledgement comes back on the same QP's reverse path
         net.push(peer, self.rank, channel, Kind::Sent { token });
@@ -254,6 +266,8 @@ impl Cluster {
             channels: l.channels,
             order: 0,
             activity: 0,
+            corrupt: cfg.corrupt.clone(),
+            writes: vec![0; n],
         }));
         let region = l.channels * l.slots * l.slot_bytes;
         let mut transports = Vec::new();

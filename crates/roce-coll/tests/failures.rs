@@ -100,6 +100,25 @@ fn ranks_that_disagree_are_refused_with_the_field_named() {
 }
 
 #[test]
+fn a_corrupt_message_is_refused_not_reduced() {
+    let mut net = NetConfig::new(2);
+    net.corrupt = vec![(1, 3)];
+    let res = run_err(&[ar(500); 3], 3, net);
+    let mut refused = false;
+    for (r, x) in res.iter().enumerate() {
+        match x {
+            Some(Err(Error::Protocol { peer, detail, .. })) => {
+                assert_eq!(*peer, 1, "{detail}");
+                refused = true;
+            }
+            Some(Err(Error::Timeout { .. })) => {}
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    assert!(refused);
+}
+
+#[test]
 fn a_late_rank_only_delays_the_call() {
     let mut net = NetConfig::new(5);
     net.start_at_ns = vec![0, 0, 400_000_000, 0, 0];
