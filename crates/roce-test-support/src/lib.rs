@@ -91,3 +91,22 @@ pub fn rxe_lab() -> Option<PathBuf> {
     }
     Some(path)
 }
+
+/// The straggler traces (`ROCE_STRAGGLER_TRACES`, else
+/// `../shared/straggler-traces` beside the repository), or `None` after a
+/// skip notice on stderr when they are not there.
+///
+/// # Panics
+/// Under CI, when the traces are missing.
+pub fn straggler_traces() -> Option<PathBuf> {
+    let dir = std::env::var_os("ROCE_STRAGGLER_TRACES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("../shared/straggler-traces"));
+    if dir.join("trace-AR.parquet").is_file() && dir.join("trace-ST.parquet").is_file() {
+        return Some(dir);
+    }
+    let msg = format!("the straggler traces are not in {}", dir.display());
+    assert!(!in_ci(), "{msg} (CI is set: the trace replay tests must run)");
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}; set ROCE_STRAGGLER_TRACES to their directory");
+    None
+}
