@@ -6,6 +6,7 @@
 //! roce sim baseline [BASELINE_DIR] [--out DIR] [--only NAME]... [--in-process]
 //! roce sim run SCENARIO.toml [--out DIR] [--seed N]
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
+//! roce sim replay TRACE.parquet [--meta META.yaml] [--reference RESULT.json]
 //! ```
 //!
 //! A run writes `fct.txt`, `pfc.txt` (the HPCC simulator's formats, see
@@ -20,6 +21,7 @@
 
 mod baseline;
 mod progress;
+mod replay;
 mod run;
 mod usage;
 
@@ -55,6 +57,9 @@ pub enum SimCommand {
     Baseline(baseline::BaselineArgs),
     /// Simulate a TOML scenario or a built-in one; writes plots too.
     Run(run::RunArgs),
+    /// Replay a recorded training trace: the what-if straggler slowdown S
+    /// and what a degraded link adds.
+    Replay(replay::ReplayArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -114,6 +119,8 @@ pub enum SimCliError {
     Sim(#[from] FabricError),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Replay(#[from] roce_replay::ReplayError),
 }
 
 impl SimCliError {
@@ -135,6 +142,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
         SimCommand::Compare(args) => cmd_compare(args),
         SimCommand::Baseline(args) => baseline::cmd_baseline(args),
         SimCommand::Run(args) => run::cmd_run(args),
+        SimCommand::Replay(args) => replay::cmd_replay(args),
     };
     match result {
         Ok(code) => code,
