@@ -20,6 +20,10 @@ pub struct JobMeta {
     pub tp_size: u32,
     /// Virtual pipeline size (model chunks per stage).
     pub vpp_size: u32,
+    /// Data-sequence (context) parallel size: ranks that split a sample's
+    /// sequence and join the data-parallel gradient collectives. The
+    /// traces keep one of them per data-parallel rank and stage.
+    pub dsp_size: u32,
 }
 
 impl JobMeta {
@@ -67,18 +71,18 @@ impl JobMeta {
             pp_size: need(pp, "pp_size")?,
             tp_size: need(tp, "tp_size")?,
             vpp_size: need(vpp, "vpp_size")?,
+            dsp_size: need(dsp, "dsp_size")?,
         };
-        let dsp = need(dsp, "dsp_size")?;
-        if dsp != 1 {
-            return Err(bad(
-                0,
-                format!("dsp_size {dsp}: sequence parallelism across data-parallel ranks is not modelled"),
-            ));
-        }
         if let Some(w) = world {
-            let product = u64::from(meta.dp_size) * u64::from(meta.pp_size) * u64::from(meta.tp_size);
+            let product: u64 = [meta.dp_size, meta.pp_size, meta.tp_size, meta.dsp_size]
+                .iter()
+                .map(|&v| u64::from(v))
+                .product();
             if u64::from(w) != product {
-                return Err(bad(0, format!("world_size {w} is not dp_size x pp_size x tp_size = {product}")));
+                return Err(bad(
+                    0,
+                    format!("world_size {w} is not dp_size x pp_size x tp_size x dsp_size = {product}"),
+                ));
             }
         }
         Ok(meta)
@@ -100,7 +104,7 @@ impl JobMeta {
             run = if i > 0 && (ranks[i - 1].0, ranks[i - 1].1) == (r.0, r.1) { run + 1 } else { 1 };
             tp = tp.max(run);
         }
-        JobMeta { dp_size: dp, pp_size: pp, tp_size: tp, vpp_size: 1 }
+        JobMeta { dp_size: dp, pp_size: pp, tp_size: tp, vpp_size: 1, dsp_size: 1 }
     }
 
     /// Checks that every row fits the parallelism.
@@ -112,10 +116,11 @@ impl JobMeta {
             )));
         }
         let seen = JobMeta::infer(ops);
-        if seen.tp_size > self.tp_size {
+        if seen.tp_size > self.tp_size * self.dsp_size {
             return Err(ReplayError::MetaMismatch(format!(
-                "{} ranks recorded for one data-parallel rank and stage, beyond tp_size {}",
-                seen.tp_size, self.tp_size
+                "{} ranks recorded for one data-parallel rank and stage, beyond tp_size x dsp_size {}",
+                seen.tp_size,
+                self.tp_size * self.dsp_size
             )));
         }
         Ok(())

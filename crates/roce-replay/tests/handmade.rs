@@ -70,7 +70,7 @@ fn straggler_slowdown_of_a_hand_made_trace() {
     write_trace(&path, &data_parallel_job()).unwrap();
     let ops = read_trace(&path).unwrap();
     assert_eq!(ops, data_parallel_job(), "the trace reads back as written");
-    let meta = JobMeta { dp_size: 2, pp_size: 1, tp_size: 1, vpp_size: 1 };
+    let meta = JobMeta { dp_size: 2, pp_size: 1, tp_size: 1, vpp_size: 1, dsp_size: 1 };
     assert_eq!(JobMeta::infer(&ops), meta);
     let job = Job::build(ops, meta).unwrap();
     let w = WhatIf::analyze(&job).unwrap();
@@ -225,14 +225,18 @@ fn a_collective_missing_a_participant_is_an_error() {
         .into_iter()
         .filter(|o| !(o.rank == 1 && o.step == 2 && o.kind == OpKind::GradsReduceScatter))
         .collect();
-    let e = Job::build(ops, JobMeta { dp_size: 2, pp_size: 1, tp_size: 1, vpp_size: 1 }).unwrap_err();
+    let e = Job::build(ops, JobMeta { dp_size: 2, pp_size: 1, tp_size: 1, vpp_size: 1, dsp_size: 1 })
+        .unwrap_err();
     assert!(matches!(e, ReplayError::MissingParticipant { step: 2, found: 1, expected: 2, .. }), "{e}");
 }
 
 #[test]
 fn a_trace_beyond_its_metadata_is_an_error() {
-    let e = Job::build(data_parallel_job(), JobMeta { dp_size: 1, pp_size: 1, tp_size: 1, vpp_size: 1 })
-        .unwrap_err();
+    let e = Job::build(
+        data_parallel_job(),
+        JobMeta { dp_size: 1, pp_size: 1, tp_size: 1, vpp_size: 1, dsp_size: 1 },
+    )
+    .unwrap_err();
     assert!(matches!(e, ReplayError::MetaMismatch(_)), "{e}");
     assert!(matches!(Job::build(Vec::new(), JobMeta::infer(&[])), Err(ReplayError::Empty)));
 }
@@ -241,12 +245,16 @@ fn a_trace_beyond_its_metadata_is_an_error() {
 fn malformed_metadata_is_an_error() {
     let p = std::path::Path::new("meta.yaml");
     let ok = JobMeta::parse("trial_name: X\ndp_size: 2\npp_size: 4\ntp_size: 1\nworld_size: 8\n", p).unwrap();
-    assert_eq!(ok, JobMeta { dp_size: 2, pp_size: 4, tp_size: 1, vpp_size: 1 });
+    assert_eq!(ok, JobMeta { dp_size: 2, pp_size: 4, tp_size: 1, vpp_size: 1, dsp_size: 1 });
+    let dsp =
+        JobMeta::parse("dp_size: 32\ndsp_size: 2\npp_size: 2\ntp_size: 1\nworld_size: 128\n", p).unwrap();
+    assert_eq!(dsp.dsp_size, 2);
     for bad in [
         "dp_size: two\npp_size: 1\n",
         "dp_size: 0\npp_size: 1\n",
         "pp_size: 1\n",
         "dp_size: 2\npp_size: 2\nworld_size: 5\n",
+        "dp_size: 2\npp_size: 2\ndsp_size: 2\nworld_size: 4\n",
         "just words\n",
     ] {
         assert!(matches!(JobMeta::parse(bad, p), Err(ReplayError::BadMeta { .. })), "{bad:?}");
