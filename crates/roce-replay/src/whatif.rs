@@ -7,7 +7,9 @@
 //! The typical duration of a kind is, as in the published analysis, taken
 //! over the whole trace (every step, rank and stage): the mean for compute
 //! kinds, the median for communication kinds (transfer times of joined
-//! ops). The decompositions replay the straggler-free job with only one
+//! ops). `noblk_step` is the variant with each step's own typical
+//! durations (what a straggler-free run of that very step would take);
+//! it removes stragglers within a step but not slow steps. The decompositions replay the straggler-free job with only one
 //! group's operations (one data-parallel rank, one stage, one op type) at
 //! their recorded durations: `S_x = mean(that replay) / mean(no-blocking)`.
 
@@ -31,6 +33,8 @@ pub struct WhatIf {
     pub nodelay: Vec<f64>,
     /// Replayed without launch delays, every op at its kind's typical cost.
     pub noblk: Vec<f64>,
+    /// The same with each step's own typical costs.
+    pub noblk_step: Vec<f64>,
     /// Typical cost of each kind (seconds).
     pub typical: BTreeMap<OpKind, f64>,
 }
@@ -67,14 +71,24 @@ impl WhatIf {
             replayed: Vec::new(),
             nodelay: Vec::new(),
             noblk: Vec::new(),
+            noblk_step: Vec::new(),
             typical,
         };
         for g in &job.steps {
             w.replayed.push(replay(g, &g.recorded_cost, Some(&g.launch))?.step_time());
             w.nodelay.push(replay(g, &g.recorded_cost, None)?.step_time());
             w.noblk.push(replay(g, &w.typical_cost(job, g), None)?.step_time());
+            let own = typical_of(job, std::slice::from_ref(g));
+            let cost: Vec<f64> = g.ops.iter().map(|&i| own[&job.ops[i as usize].kind]).collect();
+            w.noblk_step.push(replay(g, &cost, None)?.step_time());
         }
         Ok(w)
+    }
+
+    /// S with each step's own typical durations:
+    /// mean(no-delay) / mean(no-blocking per step).
+    pub fn slowdown_within_steps(&self) -> f64 {
+        mean(&self.nodelay) / mean(&self.noblk_step)
     }
 
     /// The straggler slowdown S.
@@ -149,8 +163,12 @@ pub struct Decomposition {
 /// The typical cost of each kind over the whole trace: the mean for
 /// compute kinds, the median for communication kinds.
 pub fn typical_costs(job: &Job) -> BTreeMap<OpKind, f64> {
+    typical_of(job, &job.steps)
+}
+
+fn typical_of(job: &Job, steps: &[StepGraph]) -> BTreeMap<OpKind, f64> {
     let mut per_kind: BTreeMap<OpKind, Vec<f64>> = BTreeMap::new();
-    for g in &job.steps {
+    for g in steps {
         for (l, &i) in g.ops.iter().enumerate() {
             per_kind.entry(job.ops[i as usize].kind).or_default().push(g.recorded_cost[l]);
         }

@@ -81,6 +81,8 @@ fn straggler_slowdown_of_a_hand_made_trace() {
     assert!(close(w.typical[&OpKind::GradsReduceScatter], 0.2), "{:?}", w.typical);
     assert!(w.noblk.iter().all(|&t| close(t, 4.15)), "{:?}", w.noblk);
     assert!(close(w.slowdown(), 4.4 / 4.15), "S = {}", w.slowdown());
+    // each step's own typical backward: (2+3)/2 and 2
+    assert!(close(w.noblk_step[0], 4.4) && close(w.noblk_step[1], 3.9), "{:?}", w.noblk_step);
     let d = w.decompose(&job).unwrap();
     assert_eq!(d.by_dp_rank[0].0, 1);
     assert!(close(d.by_dp_rank[0].1, 4.525 / 4.15), "{:?}", d.by_dp_rank);

@@ -23,6 +23,12 @@ fn run(name: &str, published: f64) {
         mean(&w.noblk)
     );
     assert!((s / published - 1.0).abs() < 0.05, "{name}: S = {s:.4}, published {published}");
+    // the replay with recorded durations and launch delays is the recording
+    let off = w.base.iter().zip(&w.replayed).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    assert!(off < 1e-6, "{name}: replayed steps differ from the recorded ones by {off} s");
+    // with each step's own typical durations S moves little
+    let within = w.slowdown_within_steps();
+    assert!((within / published - 1.0).abs() < 0.05, "{name}: S within steps = {within:.4}");
 }
 
 #[test]

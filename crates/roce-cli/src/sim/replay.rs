@@ -102,6 +102,12 @@ pub fn cmd_replay(args: &ReplayArgs) -> Result<ExitCode, SimCliError> {
     );
     println!("launch slowdown  mean(base)/mean(no-delay)          = {:.4}", w.launch_slowdown());
     println!("straggler slowdown S = mean(no-delay)/mean(no-blocking) = {:.4}", w.slowdown());
+    println!(
+        "  (typical durations over the whole trace, as published; with each step's own: no-blocking {:.4}, \
+         S = {:.4})",
+        mean(&w.noblk_step),
+        w.slowdown_within_steps()
+    );
     let d = w.decompose(&job)?;
     println!("\nS with only these operations' stragglers kept:");
     println!("  {:<28} {:>7}", "op type", "S");
