@@ -108,6 +108,10 @@ pub fn cmd_replay(args: &ReplayArgs) -> Result<ExitCode, SimCliError> {
         mean(&w.noblk_step),
         w.slowdown_within_steps()
     );
+    println!("\ntypical duration per op type (s; mean for compute, median transfer time for communication):");
+    for (k, t) in &w.typical {
+        println!("  {:<28} {t:>9.5}", k.name());
+    }
     let d = w.decompose(&job)?;
     println!("\nS with only these operations' stragglers kept:");
     println!("  {:<28} {:>7}", "op type", "S");
@@ -228,20 +232,24 @@ fn network(job: &Job, w: &WhatIf, args: &ReplayArgs, algorithm: AllReduce) -> Re
         (rows[2].0 / rows[1].0 - 1.0) * 100.0,
         (rows[2].1 / rows[1].1 - 1.0) * 100.0
     );
-    // each rank's link in turn
-    let mut changes = Vec::new();
-    for wk in &job.workers {
-        let m = healthy.with_degraded(link(wk.rank));
-        changes.push((wk.rank, mean(&replay_with(job, &m, typical)?) / rows[1].1 - 1.0));
+    // each rank's link in turn, summarised per stage
+    println!("  each rank's link degraded in turn (straggler-free compute), per stage:");
+    for stage in 0..job.meta.pp_size {
+        let mut changes = Vec::new();
+        for wk in job.workers.iter().filter(|w| w.stage == stage) {
+            let m = healthy.with_degraded(link(wk.rank));
+            changes.push((wk.rank, mean(&replay_with(job, &m, typical)?) / rows[1].1 - 1.0));
+        }
+        changes.sort_by(|a, b| a.1.total_cmp(&b.1));
+        if let (Some(lo), Some(hi)) = (changes.first(), changes.last()) {
+            println!(
+                "    stage {stage}: {:+.2}% (rank {}) .. {:+.2}% (rank {})",
+                lo.1 * 100.0,
+                lo.0,
+                hi.1 * 100.0,
+                hi.0
+            );
+        }
     }
-    changes.sort_by(|a, b| a.1.total_cmp(&b.1));
-    let (lo, hi) = (changes[0], changes[changes.len() - 1]);
-    println!(
-        "  each rank's link degraded in turn (straggler-free compute): {:+.2}% (rank {}) .. {:+.2}% (rank {})",
-        lo.1 * 100.0,
-        lo.0,
-        hi.1 * 100.0,
-        hi.0
-    );
     Ok(())
 }
