@@ -51,6 +51,30 @@ fn write_dp_trace(path: &Path) {
     write_trace(path, &ops).unwrap();
 }
 
+/// Two stages whose forward send has no receive on stage 1.
+fn write_unmatched_send(path: &Path) {
+    let mk = |stage: u32, kind, start, duration| Op {
+        dp_rank: 0,
+        stage,
+        rank: stage,
+        step: 5,
+        kind,
+        start,
+        duration,
+        seq: 0,
+        mc: 0,
+        gmc: i64::from(stage),
+    };
+    let ops = vec![
+        mk(0, OpKind::ForwardCompute, 0.0, 1.0),
+        mk(0, OpKind::ForwardSend, 1.0, 0.1),
+        mk(1, OpKind::ForwardCompute, 1.1, 1.0),
+        mk(0, OpKind::Optimizer, 2.1, 0.5),
+        mk(1, OpKind::Optimizer, 2.1, 0.5),
+    ];
+    write_trace(path, &ops).unwrap();
+}
+
 #[test]
 fn replay_prints_the_slowdown_and_what_a_degraded_link_adds() {
     let p = scratch("trace-dp.parquet");
@@ -83,7 +107,7 @@ fn the_st_trace_matches_the_published_result() {
 fn bad_input_is_a_clear_error() {
     let not_parquet = scratch("trace-bad.parquet");
     std::fs::write(&not_parquet, "dp_rank,stage\n0,0\n").unwrap();
-    let cases: Vec<(Vec<String>, &str)> = vec![
+    let mut cases: Vec<(Vec<String>, &str)> = vec![
         (vec![not_parquet.display().to_string()], "is not a readable parquet file"),
         (vec![scratch("absent.parquet").display().to_string()], "cannot read"),
         (
@@ -107,6 +131,12 @@ fn bad_input_is_a_clear_error() {
             "metadata",
         ),
     ];
+    let unmatched = scratch("trace-unmatched.parquet");
+    write_unmatched_send(&unmatched);
+    cases.push((
+        vec![unmatched.display().to_string()],
+        "step 5: forward-send #0 of rank 0 (stage 0) has no matching receive on stage 1",
+    ));
     write_dp_trace(&scratch("trace-dp2.parquet"));
     for (args, want) in cases {
         let mut all = vec!["sim", "replay"];

@@ -86,6 +86,8 @@ pub struct StepGraph {
     pub ops: Vec<u32>,
     /// Worker index of each local op.
     pub worker: Vec<u32>,
+    /// Each local op's type, rank and number, for messages.
+    pub name: Vec<OpName>,
     /// In-worker dependencies of each local op.
     pub deps: Vec<Vec<u32>>,
     /// Dependants (the reverse of `deps`).
@@ -103,6 +105,23 @@ pub struct StepGraph {
     /// Recorded cost of each op: the duration of a worker-local op, the
     /// transfer time of a joined one (seconds).
     pub recorded_cost: Vec<f64>,
+}
+
+/// An operation as messages name it: type, rank, number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpName {
+    /// Its type.
+    pub kind: OpKind,
+    /// The worker's global rank.
+    pub rank: u32,
+    /// Its number among its type on its worker in its step.
+    pub seq: i64,
+}
+
+impl std::fmt::Display for OpName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} #{} of rank {}", self.kind.name(), self.seq, self.rank)
+    }
 }
 
 /// A recorded job: its operations, workers and per-step graphs.
@@ -188,10 +207,18 @@ impl Ctx<'_> {
         let start = idx.iter().map(|&i| self.ops[i as usize].start).fold(f64::INFINITY, f64::min);
         let end = idx.iter().map(|&i| self.ops[i as usize].end()).fold(f64::NEG_INFINITY, f64::max);
         let worker: Vec<u32> = idx.iter().map(|&i| self.worker_of[&self.ops[i as usize].rank]).collect();
+        let name = idx
+            .iter()
+            .map(|&i| {
+                let o = &self.ops[i as usize];
+                OpName { kind: o.kind, rank: o.rank, seq: o.seq }
+            })
+            .collect();
         let mut g = StepGraph {
             step,
             ops: idx,
             worker,
+            name,
             deps: vec![Vec::new(); n],
             succ: vec![Vec::new(); n],
             group: vec![None; n],

@@ -78,7 +78,7 @@ pub fn replay(g: &StepGraph, cost: &[f64], launch: Option<&[f64]>) -> Result<Tim
         return Err(ReplayError::Cycle {
             step: g.step,
             stuck: stuck.len(),
-            example: format!("local op {}", stuck.first().copied().unwrap_or(0)),
+            example: stuck.first().map_or_else(String::new, |&v| g.name[v].to_string()),
         });
     }
     Ok(Timeline { start, end })

@@ -392,3 +392,28 @@ mod columns {
         assert!(matches!(read_trace(&p), Err(ReplayError::Empty)));
     }
 }
+
+#[test]
+fn a_trace_whose_order_makes_a_cycle_is_an_error_not_a_hang() {
+    // stage 0 records its backward before its forward: its forward send
+    // then waits (through both computes) for the backward receive, which
+    // waits for stage 1's backward, which waits for that forward send
+    let ops = vec![
+        op(0, 0, 0, 3, OpKind::BackwardRecv, 0.0, 0.1),
+        op(0, 0, 0, 3, OpKind::BackwardCompute, 0.1, 1.0),
+        op(0, 0, 0, 3, OpKind::ForwardCompute, 1.1, 1.0),
+        op(0, 0, 0, 3, OpKind::ForwardSend, 2.1, 0.1),
+        op(0, 1, 1, 3, OpKind::ForwardRecv, 0.0, 2.2),
+        op(0, 1, 1, 3, OpKind::ForwardCompute, 2.2, 1.0),
+        op(0, 1, 1, 3, OpKind::BackwardCompute, 3.2, 1.0),
+        op(0, 1, 1, 3, OpKind::BackwardSend, 4.2, 0.1),
+    ];
+    let job = Job::build(ops.clone(), JobMeta::infer(&ops)).unwrap();
+    match WhatIf::analyze(&job) {
+        Err(ReplayError::Cycle { step: 3, stuck, example }) => {
+            assert!(stuck >= 4, "{stuck}");
+            assert!(example.contains("of rank"), "{example}");
+        }
+        other => panic!("expected Cycle, got {other:?}"),
+    }
+}
