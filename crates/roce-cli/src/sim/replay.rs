@@ -83,13 +83,14 @@ pub fn cmd_replay(args: &ReplayArgs) -> Result<ExitCode, SimCliError> {
     }
     let w = WhatIf::analyze(&job)?;
     println!(
-        "trace {}: {n_ops} operations, {} workers, {} steps; dp {} x pp {} x tp {} (vpp {}), {meta_from}",
+        "trace {}: {n_ops} operations, {} workers, {} steps; dp {} x pp {} x tp {}{} (vpp {}), {meta_from}",
         args.trace.display(),
         job.workers.len(),
         job.steps.len(),
         meta.dp_size,
         meta.pp_size,
         meta.tp_size,
+        if meta.dsp_size > 1 { format!(" x dsp {}", meta.dsp_size) } else { String::new() },
         meta.vpp_size
     );
     let check = w.base.iter().zip(&w.replayed).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
