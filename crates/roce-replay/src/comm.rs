@@ -14,17 +14,17 @@
 //!   B by min B_i"), so one degraded link slows exactly the collectives
 //!   and transfers that cross it.
 //!
-//! The traces record no byte counts. [`AnalyticFabric::calibrated`]
-//! derives them: each communication type's size is the one whose ring cost
-//! at the nominal rate equals the median recorded transfer time of that
-//! type (the typical duration of the what-if analysis). On the healthy
+//! The traces record no byte counts. [`calibrated_bytes`] derives them:
+//! each communication type's size is the one whose ring cost at the
+//! nominal rate equals the median recorded transfer time of that type (the
+//! typical duration of the what-if analysis). On the healthy
 //! fabric with ring all-reduce every collective therefore takes its
 //! type's typical time; what changes is what the fabric changes.
 //!
 //! The packet-level fabric (`roce sim coll` on `roce-fabric`) is meant to
 //! be a third implementation: the trait hands it the type, the ranks and
-//! the recorded times, which is what it needs to run the collective on
-//! simulated hosts.
+//! the recorded times, and [`calibrated_bytes`] the sizes, which is what
+//! it needs to run each collective on simulated hosts.
 
 use std::collections::BTreeMap;
 
@@ -126,33 +126,15 @@ fn shape(kind: OpKind, n: usize, algorithm: AllReduce) -> (f64, f64) {
 }
 
 impl AnalyticFabric {
-    /// A fabric whose per-type sizes are derived from the trace: the size
-    /// whose ring cost at `link_bytes_per_s` equals the median recorded
-    /// transfer time of the type, on its most common participant count.
+    /// A fabric whose per-type sizes are derived from the trace
+    /// ([`calibrated_bytes`]).
     pub fn calibrated(
         job: &Job,
         link_bytes_per_s: f64,
         alpha_s: f64,
         algorithm: AllReduce,
     ) -> AnalyticFabric {
-        let mut times: BTreeMap<OpKind, Vec<f64>> = BTreeMap::new();
-        let mut sizes: BTreeMap<OpKind, BTreeMap<usize, usize>> = BTreeMap::new();
-        for g in &job.steps {
-            for gr in g.groups.iter().filter(|gr| gr.members.len() > 1) {
-                let t = times.entry(gr.kind).or_default();
-                t.extend(gr.members.iter().map(|&m| g.recorded_cost[m as usize]));
-                *sizes.entry(gr.kind).or_default().entry(gr.members.len()).or_default() += 1;
-            }
-        }
-        let mut bytes = BTreeMap::new();
-        for (kind, mut t) in times {
-            t.sort_by(f64::total_cmp);
-            let median = t[t.len() / 2];
-            let n = sizes[&kind].iter().max_by_key(|(_, &c)| c).map_or(2, |(&n, _)| n);
-            let (steps, factor) = shape(kind, n, AllReduce::Ring);
-            let s = ((median - steps * alpha_s) * link_bytes_per_s / factor).max(0.0);
-            bytes.insert(kind, s);
-        }
+        let bytes = calibrated_bytes(job, link_bytes_per_s, alpha_s);
         AnalyticFabric { link_bytes_per_s, alpha_s, algorithm, degraded: None, bytes }
     }
 
@@ -198,6 +180,34 @@ impl CommModel for AnalyticFabric {
         let bytes = self.bytes.get(&c.kind).copied().unwrap_or(0.0);
         vec![self.cost(c.kind, c.ranks, bytes); c.ranks.len()]
     }
+}
+
+/// Bytes per rank of each communication type, which the traces do not
+/// record: the size whose ring cost (§7: α + S/B for a transfer,
+/// (n-1)/n · S/B + (n-1)α for reduce-scatter and all-gather,
+/// 2(n-1)/n · S/B + 2(n-1)α for all-reduce) at `link_bytes_per_s` equals
+/// the type's median recorded transfer time, on its most common
+/// participant count. Any model that needs sizes (the packet-level fabric
+/// too) takes them from here.
+pub fn calibrated_bytes(job: &Job, link_bytes_per_s: f64, alpha_s: f64) -> BTreeMap<OpKind, f64> {
+    let mut times: BTreeMap<OpKind, Vec<f64>> = BTreeMap::new();
+    let mut sizes: BTreeMap<OpKind, BTreeMap<usize, usize>> = BTreeMap::new();
+    for g in &job.steps {
+        for gr in g.groups.iter().filter(|gr| gr.members.len() > 1) {
+            let t = times.entry(gr.kind).or_default();
+            t.extend(gr.members.iter().map(|&m| g.recorded_cost[m as usize]));
+            *sizes.entry(gr.kind).or_default().entry(gr.members.len()).or_default() += 1;
+        }
+    }
+    let mut bytes = BTreeMap::new();
+    for (kind, mut t) in times {
+        t.sort_by(f64::total_cmp);
+        let median = t[t.len() / 2];
+        let n = sizes[&kind].iter().max_by_key(|(_, &c)| c).map_or(2, |(&n, _)| n);
+        let (steps, factor) = shape(kind, n, AllReduce::Ring);
+        bytes.insert(kind, ((median - steps * alpha_s) * link_bytes_per_s / factor).max(0.0));
+    }
+    bytes
 }
 
 /// Step times of `job` replayed without launch delays, communication from

@@ -212,6 +212,9 @@ fn network(job: &Job, w: &WhatIf, args: &ReplayArgs, algorithm: AllReduce) -> Re
          {} Gb/s equals its median recorded transfer time)",
         args.link_gbps
     );
+    let sizes: Vec<String> =
+        healthy.bytes.iter().map(|(k, b)| format!("{} {:.3} MB", k.name(), b / 1e6)).collect();
+    println!("  derived sizes per rank: {}", sizes.join(", "));
     println!("  {:<44} {:>12} {:>12}", "mean step time (s)", "as recorded", "straggler-free");
     let typical = Some(&w.typical);
     let models: [(&str, &dyn CommModel); 3] =
