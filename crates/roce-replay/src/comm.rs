@@ -220,7 +220,7 @@ pub fn replay_with(
 ) -> Result<Vec<f64>, ReplayError> {
     let mut times = Vec::with_capacity(job.steps.len());
     for g in &job.steps {
-        times.push(replay(g, &costs(job, g, model, typical), None)?.step_time());
+        times.push(replay(g, &costs(job, g, model, typical)?, None)?.step_time());
     }
     Ok(times)
 }
@@ -230,7 +230,7 @@ fn costs(
     g: &StepGraph,
     model: &dyn CommModel,
     typical: Option<&BTreeMap<OpKind, f64>>,
-) -> Vec<f64> {
+) -> Result<Vec<f64>, ReplayError> {
     let mut cost: Vec<f64> = match typical {
         Some(t) => g.ops.iter().map(|&i| t[&job.ops[i as usize].kind]).collect(),
         None => g.recorded_cost.clone(),
@@ -245,9 +245,20 @@ fn costs(
             ranks: &ranks,
             recorded: &recorded,
         });
+        if d.len() != ranks.len() || d.iter().any(|t| !(t.is_finite() && *t >= 0.0)) {
+            return Err(ReplayError::BadCosts {
+                step: g.step,
+                what: format!(
+                    "{} answered {d:?} for {} with {} participants",
+                    model.describe(),
+                    g.name[gr.members[0] as usize],
+                    ranks.len()
+                ),
+            });
+        }
         for (&m, t) in gr.members.iter().zip(d) {
             cost[m as usize] = t;
         }
     }
-    cost
+    Ok(cost)
 }

@@ -149,6 +149,16 @@ pub enum ReplayError {
         /// One of them.
         example: String,
     },
+    /// Costs handed to a replay do not fit its graph (a cost vector of the
+    /// wrong length, a communication model answering for the wrong number
+    /// of participants, a negative or non-finite duration).
+    #[error("step {step}: {what}")]
+    BadCosts {
+        /// The step.
+        step: i64,
+        /// What does not fit.
+        what: String,
+    },
     /// Writing a trace failed.
     #[error("cannot write {path}: {reason}")]
     Write {

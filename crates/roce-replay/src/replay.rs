@@ -32,7 +32,17 @@ impl Timeline {
 /// transfer time of a joined one) and, if given, the launch delays.
 pub fn replay(g: &StepGraph, cost: &[f64], launch: Option<&[f64]>) -> Result<Timeline, ReplayError> {
     let n = g.ops.len();
-    debug_assert_eq!(cost.len(), n);
+    let bad = |what: String| Err(ReplayError::BadCosts { step: g.step, what });
+    if cost.len() != n || launch.is_some_and(|l| l.len() != n) {
+        return bad(format!(
+            "{n} operations, {} costs, {:?} launch delays",
+            cost.len(),
+            launch.map(<[f64]>::len)
+        ));
+    }
+    if let Some(i) = cost.iter().position(|c| !c.is_finite()) {
+        return bad(format!("{}: cost {}", g.name[i], cost[i]));
+    }
     let mut waiting: Vec<usize> = g.deps.iter().map(Vec::len).collect();
     let mut arrived = vec![0usize; g.groups.len()];
     let mut group_start = vec![f64::NEG_INFINITY; g.groups.len()];

@@ -417,3 +417,26 @@ fn a_trace_whose_order_makes_a_cycle_is_an_error_not_a_hang() {
         other => panic!("expected Cycle, got {other:?}"),
     }
 }
+
+#[test]
+fn costs_that_do_not_fit_are_errors() {
+    struct Short;
+    impl roce_replay::comm::CommModel for Short {
+        fn describe(&self) -> String {
+            "a model that forgets a participant".into()
+        }
+        fn durations(&self, c: &roce_replay::comm::CommInstance<'_>) -> Vec<f64> {
+            vec![0.1; c.ranks.len() - 1]
+        }
+    }
+    let job = Job::build(data_parallel_job(), JobMeta::infer(&data_parallel_job())).unwrap();
+    match replay_with(&job, &Short, None) {
+        Err(ReplayError::BadCosts { step: 1, what }) => assert!(what.contains("forgets"), "{what}"),
+        other => panic!("expected BadCosts, got {other:?}"),
+    }
+    let g = &job.steps[0];
+    assert!(matches!(replay(g, &g.recorded_cost[1..], None), Err(ReplayError::BadCosts { .. })));
+    let mut nan = g.recorded_cost.clone();
+    nan[3] = f64::NAN;
+    assert!(matches!(replay(g, &nan, None), Err(ReplayError::BadCosts { .. })));
+}
