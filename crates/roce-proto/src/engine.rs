@@ -91,6 +91,9 @@ pub struct Engine {
     cm_peer_ports: std::collections::HashMap<core::net::IpAddr, u16>,
     /// PSN of QP 1's next MAD.
     gsi_psn: u32,
+    /// The latest time the CM was handed (for what the engine does on its
+    /// events, which come without a time).
+    cm_now: Instant,
 }
 
 /// What congestion control says of one QP (`Engine::qp_rate`).
@@ -168,6 +171,7 @@ impl Engine {
             cm_comm_est: FxHashMap::default(),
             cm_peer_ports: std::collections::HashMap::new(),
             gsi_psn: 0,
+            cm_now: Instant::ZERO,
         }
     }
 

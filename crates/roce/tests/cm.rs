@@ -65,6 +65,7 @@ fn listen_accept_connect_send_disconnect() {
     let qp = pd.create_qp(QpBuilder::rc(&cq)).unwrap();
     let mut conn = cm::connect(&a, addr, qp, b"client", T).unwrap();
     assert_eq!(conn.qp().state().unwrap(), QpState::Rts);
+    assert_eq!(conn.peer_private_data().len(), 196, "the REP's private data, as the kernel reports it");
     let mr = pd.reg_mr(MemBuf::new(64), Access::ALL).unwrap();
     mr.write(0, b"through CM!").unwrap();
     conn.qp().post_send(SendWr::new(9, SendOp::Send, vec![mr.sge(0, 11)])).unwrap();

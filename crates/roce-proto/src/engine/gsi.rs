@@ -6,7 +6,8 @@
 //! and the kernel's `cma.c` do with QPs around it:
 //! * `cm_connect` with `auto_establish`: on the REP the QP goes to RTR and
 //!   RTS with the negotiated attributes and the RTU leaves (librdmacm's
-//!   `ucma_process_conn_resp`); the user sees `Established`.
+//!   `ucma_process_conn_resp`); the user sees `ConnectResponse` (the REP's
+//!   private data and resources, the QP already moved) then `Established`.
 //! * `cm_accept`: the QP goes to RTR and RTS before the REP (as
 //!   `rdma_accept` does), and its first valid packet counts as the RTU
 //!   (IB_EVENT_COMM_EST), so a peer that sends at once is not lost.
@@ -231,13 +232,21 @@ impl Engine {
                     let link = self.cm_links[&id];
                     let attrs = self.cm_rep_attrs(&link, &rep);
                     self.cm_links.get_mut(&id).expect("checked").attrs = Some(attrs);
+                    // Reported in both modes: with `auto_establish` it
+                    // comes just before `Established`, for the REP's
+                    // private data and resources (what librdmacm puts in
+                    // the active side's ESTABLISHED event).
+                    self.cm_events.push_back(CmEvent::ConnectResponse { id, rep });
                     if !link.auto_establish {
-                        self.cm_events.push_back(CmEvent::ConnectResponse { id, rep });
-                    } else if self.cm_bring_up(link.qpn, &attrs).is_ok() {
+                        continue;
+                    }
+                    if self.cm_bring_up(link.qpn, &attrs).is_ok() {
                         // `establish` queues the RTU and `Established`.
                         let _ = self.cm.establish(id);
                     } else {
-                        let _ = self.cm.reject(Instant::ZERO, id, &[]);
+                        // The QP cannot take the peer's values: REJ, and
+                        // the user hears of it as a rejection.
+                        let _ = self.cm.reject(self.cm_now, id, &[]);
                         self.cm_events.push_back(CmEvent::Rejected {
                             id,
                             reason: crate::cm::reason::CONSUMER_DEFINED,
@@ -276,6 +285,7 @@ impl Engine {
             return;
         }
         self.res.counters.gsi_rcvd += 1;
+        self.cm_now = now;
         self.cm.handle_mad(now, meta.src, &pkt.payload[..MAD_LEN]);
         self.cm_process_events();
     }

@@ -109,6 +109,7 @@ impl Engine {
     /// Runs the timers due at `now`, each by the role that armed it.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm_now = now;
             self.cm.handle_timeout(now);
         }
         while let Some(&(t, qpn)) = self.timers.first() {

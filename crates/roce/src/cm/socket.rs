@@ -134,13 +134,14 @@ pub fn connect_with(
     let ch = EventChannel::new()?;
     let opts = ConnectOpts { auto_establish: true, ..opts.clone() };
     let id = dev.cm_connect(&ch, qp.qpn(), peer, &opts)?;
-    let conn =
+    let mut conn =
         Connection { dev: dev.clone(), ch, id, qp, peer, peer_private_data: Vec::new(), disconnected: false };
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
         let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
         match conn.ch.next(left) {
             Some(CmEvent::Established { .. }) => break,
+            Some(CmEvent::ConnectResponse { rep, .. }) => conn.peer_private_data = rep.private_data,
             Some(CmEvent::Rejected { reason, private_data, .. }) => {
                 return Err(Error::Rejected { reason, private_data });
             }
@@ -180,8 +181,9 @@ impl Connection {
         self.peer
     }
 
-    /// The private data the peer sent in its REQ (passive side: 56 bytes,
-    /// zero-padded, as the kernel reports it); empty on the active side.
+    /// The private data the peer sent: its REQ's on the passive side (56
+    /// bytes, zero-padded, as the kernel reports it), its REP's on the
+    /// active side (196 bytes).
     pub fn peer_private_data(&self) -> &[u8] {
         &self.peer_private_data
     }
