@@ -40,6 +40,7 @@ pub use roce_proto::cm::{
     reason, sidr_status, CmError, CmEvent, CmId, PortSpace, RepInfo, ReqInfo, SidrReqInfo, REQ_USER_PRIVATE,
 };
 pub use roce_wire::cma::UDP_QKEY;
+pub use roce_wire::udp::ROCE_PORT;
 pub use socket::{connect, connect_with, Connection, Listener};
 
 /// What a REQ asks for (`struct rdma_conn_param` on the active side).

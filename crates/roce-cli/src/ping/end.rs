@@ -210,10 +210,20 @@ impl End {
             self.qp.protect(&s.qp_keys(self.me.qpn, peer.qpn))?;
         }
         self.qp.connect(&ep, &opts)?;
+        self.post_recvs()
+    }
+
+    /// The QP's receive queue filled (`rx_depth` receives).
+    pub(super) fn post_recvs(&self) -> Result<()> {
         for _ in 0..self.rx_depth {
             self.post_recv()?;
         }
         Ok(())
+    }
+
+    /// The QP (for the RDMA CM path, which connects it itself).
+    pub(super) fn qp(&self) -> &Qp {
+        &self.qp
     }
 
     /// The ping-pong; returns the elapsed time.
