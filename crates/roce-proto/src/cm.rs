@@ -183,7 +183,9 @@ pub struct ConnectParams {
     pub dst_port: u16,
     /// Our RDMA CM port (the IP header's source port).
     pub src_port: u16,
-    /// Our QP and its first send PSN.
+    /// Our QP, and the first PSN it expects to receive: a CM message's
+    /// Starting PSN is where its receiver starts sending (cm.c sets the
+    /// receiver's `sq_psn` from it, as the kernel's QPs show on the wire).
     pub qpn: u32,
     pub starting_psn: u32,
     /// Responder resources (READs/atomics we accept) and initiator depth.
@@ -201,6 +203,7 @@ pub struct ConnectParams {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AcceptParams {
     pub qpn: u32,
+    /// The first PSN our QP expects to receive (the requester sends from it).
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,
@@ -217,6 +220,7 @@ pub struct ReqInfo {
     pub remote_ca_guid: u64,
     pub remote_comm_id: u32,
     pub remote_qpn: u32,
+    /// The PSN the requester expects first: our QP sends from it.
     pub starting_psn: u32,
     pub responder_resources: u8,
     pub initiator_depth: u8,

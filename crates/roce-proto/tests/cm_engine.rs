@@ -85,10 +85,16 @@ fn send(p: &mut Pair, qpn: [u32; 2]) {
 fn rc_connect_through_the_cm_then_send() {
     let mut p = Pair::new(7);
     let mut mads = 0;
+    let mut psns = (0, 0);
     let qpn = connect(&mut p, |_, b| {
         let pkt = RocePacketRepr::parse(b).unwrap();
         if pkt.bth.dest_qp == 1 {
             mads += 1;
+            match roce_wire::CmMadRepr::parse(pkt.payload).unwrap().msg {
+                roce_wire::CmMsgRepr::Req(r) => psns.0 = r.starting_psn,
+                roce_wire::CmMsgRepr::Rep(r) => psns.1 = r.starting_psn,
+                _ => {}
+            }
             assert_eq!((pkt.bth.opcode, pkt.bth.pkey), (0x64, 0xffff));
             assert_eq!(pkt.ext.deth, Some(DethRepr { qkey: 0x8001_0000, src_qp: 1 }));
             assert_eq!(pkt.payload.len(), 256);
@@ -96,6 +102,11 @@ fn rc_connect_through_the_cm_then_send() {
         false
     });
     assert_eq!(mads, 3, "REQ, REP, RTU");
+    // Each side sends from the PSN the other announced (the kernel's rule,
+    // seen on the wire against rxe) and expects its own.
+    let (qa, qb) = (p.e[A].query_qp(qpn[A]).unwrap(), p.e[B].query_qp(qpn[B]).unwrap());
+    assert_eq!((qa.rq_psn.value(), qb.sq_psn.value()), (psns.0, psns.0), "the REQ's PSN");
+    assert_eq!((qb.rq_psn.value(), qa.sq_psn.value()), (psns.1, psns.1), "the REP's PSN");
     assert!(matches!(events(&mut p, B).as_slice(), [CmEvent::Established { .. }]));
     send(&mut p, qpn);
     assert_eq!(p.e[B].counters().gsi_rcvd, 2);

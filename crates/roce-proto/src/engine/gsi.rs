@@ -27,7 +27,10 @@ const UD_SEND_ONLY: u8 = 0x64;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct CmLink {
     pub qpn: u32,
-    pub sq_psn: u32,
+    /// The PSN we announced (REQ or REP "Starting PSN"): the first one we
+    /// expect to receive; the peer sends from it (cm.c: a CM message's
+    /// Starting PSN becomes its receiver's `sq_psn`).
+    pub own_psn: u32,
     pub peer: IpAddr,
     pub peer_port: Option<u16>,
     pub retry_count: u8,
@@ -59,7 +62,8 @@ impl Engine {
     }
 
     /// Sends a REQ for `qpn` (an RC QP in RESET or INIT). `p.qpn` and
-    /// `p.starting_psn` are filled in here (a random first PSN). With
+    /// `p.starting_psn` are filled in here (a random first PSN: the one we
+    /// expect to receive, which the peer sends from). With
     /// `auto_establish` the QP is brought to RTS and the RTU sent when the
     /// REP comes; otherwise the user gets `ConnectResponse` and calls
     /// `cm_establish` itself. `peer_port` is the UDP port of the peer
@@ -85,7 +89,7 @@ impl Engine {
         let id = self.cm.connect(now, &p)?;
         self.cm_links.insert(
             id,
-            CmLink { qpn, sq_psn: psn, peer, peer_port, retry_count, auto_establish, attrs: None },
+            CmLink { qpn, own_psn: psn, peer, peer_port, retry_count, auto_establish, attrs: None },
         );
         Ok(id)
     }
@@ -111,8 +115,10 @@ impl Engine {
             av,
             mtu,
             dest_qpn: req.remote_qpn,
-            rq_psn: req.starting_psn,
-            sq_psn: psn,
+            // We receive from the PSN our REP announces and send from the
+            // REQ's (as the kernel's passive side does).
+            rq_psn: psn,
+            sq_psn: req.starting_psn,
             max_dest_rd_atomic: p.responder_resources,
             max_rd_atomic: p.initiator_depth,
             timeout: req.local_ack_timeout,
@@ -126,7 +132,7 @@ impl Engine {
             id,
             CmLink {
                 qpn,
-                sq_psn: psn,
+                own_psn: psn,
                 peer: req.src_ip,
                 peer_port,
                 retry_count: req.retry_count,
@@ -214,8 +220,9 @@ impl Engine {
             av,
             mtu: self.cm_path_mtu(self.cm.config().path_mtu),
             dest_qpn: rep.remote_qpn,
-            rq_psn: rep.starting_psn,
-            sq_psn: link.sq_psn,
+            // We receive from the PSN our REQ announced, send from the REP's.
+            rq_psn: link.own_psn,
+            sq_psn: rep.starting_psn,
             max_dest_rd_atomic: rep.initiator_depth,
             max_rd_atomic: rep.responder_resources,
             timeout: rep.ack_timeout,
