@@ -64,3 +64,30 @@ fn ping_over_rdma_cm_server_needs_bind_and_nobody_listening_is_rejected() {
     assert!(err.contains("rejected") && err.contains("reason 8"), "{err}");
     assert!(dev.cm_counters().rejects_sent >= 1);
 }
+
+/// `roce perf -R --loopback`: both ends' QPs connected through the CM
+/// (two QPs, so two REQ/REP/RTU exchanges), the test verified.
+#[test]
+fn perf_over_rdma_cm_on_loopback() {
+    for (test, extra) in [("write-bw", ["-q", "2"]), ("read-lat", ["-s", "64"])] {
+        let mut done = false;
+        for salt in 40..44 {
+            let ip = addr(salt);
+            let mut args = vec!["perf", test, "-R", "--loopback", "--bind", &ip, "-n", "50", "--counters"];
+            args.extend_from_slice(&extra);
+            let o = roce(&args);
+            let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+            if out.contains("Address already in use") {
+                continue;
+            }
+            assert!(o.status.success(), "{test}: {out}");
+            let gsi = out.lines().find(|l| l.trim_start().starts_with("gsi_sent")).expect("gsi_sent");
+            let n: u64 = gsi.rsplit(':').next().unwrap().trim().parse().unwrap();
+            let qps = if test == "write-bw" { 2 } else { 1 };
+            assert!(n >= 2 * qps, "{test}: a REQ and an RTU per QP: {gsi}");
+            done = true;
+            break;
+        }
+        assert!(done, "{test}: no free address");
+    }
+}
