@@ -91,3 +91,19 @@ fn perf_over_rdma_cm_on_loopback() {
         assert!(done, "{test}: no free address");
     }
 }
+
+/// `--burst` (ucmatose's order: the server sends all, then the client).
+#[test]
+fn ping_burst_over_rdma_cm_on_loopback() {
+    for salt in 60..64 {
+        let ip = addr(salt);
+        let o = roce(&["ping", "-R", "--burst", "--loopback", "--bind", &ip, "-n", "30", "-s", "100"]);
+        let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        if out.contains("Address already in use") {
+            continue;
+        }
+        assert!(o.status.success() && out.contains("30 iters"), "{out}");
+        return;
+    }
+    panic!("no free address");
+}

@@ -1,7 +1,8 @@
 //! RDMA CM against the Linux kernel's CM (Soft-RoCE in the rxe lab VM):
-//! `roce ping -R` against the stock `ucmatose` both ways (its data is
-//! plain SENDs: `-C` messages of `-S` bytes each way, which `roce ping -s
-//! 100 -n C` matches), first on a clean link, then with 3% random loss
+//! `roce ping -R --burst` against the stock `ucmatose` both ways (its data
+//! is plain SENDs: its server sends `-C` messages of `-S` bytes, its client
+//! answers with as many, which `roce ping --burst -s 100 -n C` matches),
+//! first on a clean link, then with 3% random loss
 //! each way (nftables in the lab's namespace), where CM and transport
 //! retransmissions must interoperate. The clean part's tap capture must
 //! pass `roce-pcap-check`, and `roce pcap decode` must name the CM
@@ -69,6 +70,7 @@ fn vm_server(lab: &Lab, count: u32) -> Result<String, String> {
         ours = roce(&[
             "ping",
             "-R",
+            "--burst",
             "10.47.0.1",
             "--bind",
             "10.47.0.3",
@@ -102,6 +104,7 @@ fn host_server(lab: &Lab, count: u32) -> Result<String, String> {
         roce(&[
             "ping",
             "-R",
+            "--burst",
             "--bind",
             "10.47.0.3",
             "-p",

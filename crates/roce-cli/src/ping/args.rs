@@ -83,6 +83,12 @@ pub struct PingArgs {
     /// The server needs --bind.
     #[arg(short = 'R', long = "rdma-cm", conflicts_with_all = ["ud", "encrypt"])]
     pub rdma_cm: bool,
+    /// With -R: ucmatose's order instead of the ping-pong: the server sends
+    /// its -n messages first, then receives as many; the client receives
+    /// first, then sends (so either end can be a stock `ucmatose -C N -S
+    /// SIZE`).
+    #[arg(long, requires = "rdma_cm")]
+    pub burst: bool,
 }
 
 fn parse_size(s: &str) -> std::result::Result<u32, String> {

@@ -5,8 +5,9 @@
 //!
 //! The client sends the REQ, the server accepts with its QP in RTS, the
 //! ping-pong runs as without `-R`, then the client disconnects (DREQ) and
-//! the server answers (DREP). With `-s 100 -n 10` either end also talks
-//! to a stock `ucmatose` (10 SENDs of 100 bytes each way).
+//! the server answers (DREP). With `--burst -s 100 -n 10` either end
+//! talks to a stock `ucmatose` (its server sends its 10 SENDs of 100 bytes
+//! first, its client answers with as many).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
@@ -86,7 +87,11 @@ pub(super) fn client(
     let id = end.dev.cm_connect(&ch, end.qp().qpn(), SocketAddr::new(server, a.port), &opts)?;
     established(&ch, deadline)?;
     let out = end.local_line() + &format!("\n  remote address: {server} port {} (RDMA CM)", a.port);
-    let t = end.run(a.iters, true, Duration::from_secs(a.timeout));
+    let t = if a.burst {
+        end.run_burst(a.iters, false, Duration::from_secs(a.timeout))
+    } else {
+        end.run(a.iters, true, Duration::from_secs(a.timeout))
+    };
     let r = end.finish(a, out, t);
     disconnect(&end, &ch, id, Some(deadline + Duration::from_secs(a.timeout)));
     r
@@ -133,7 +138,11 @@ pub(super) fn server_on(a: &PingArgs, end: &End, ch: &EventChannel, listen: CmId
     established(ch, deadline)?;
     let out =
         end.local_line() + &format!("\n  remote address: {} port {} (RDMA CM)", req.src_ip, req.src_port);
-    let t = end.run(a.iters, false, Duration::from_secs(a.timeout));
+    let t = if a.burst {
+        end.run_burst(a.iters, true, Duration::from_secs(a.timeout))
+    } else {
+        end.run(a.iters, false, Duration::from_secs(a.timeout))
+    };
     let r = end.finish(a, out, t);
     // The client disconnects: answer its DREQ with the DREP; if it does
     // not within --timeout, send ours.

@@ -300,6 +300,56 @@ impl End {
         Ok(t)
     }
 
+    /// ucmatose's order instead of the ping-pong (`-R --burst`): with
+    /// `send_first` (ucmatose's server) all `iters` messages go out one
+    /// after another, then `iters` are received; otherwise (its client)
+    /// all are received first, then sent. Returns the elapsed time.
+    pub(super) fn run_burst(&self, iters: u64, send_first: bool, timeout: Duration) -> Result<Duration> {
+        let (mut sent, mut recvd, mut in_flight) = (0u64, 0u64, false);
+        let mut wcs = [WC_ZERO; 4];
+        let start = Instant::now();
+        let mut last = start;
+        while sent < iters || recvd < iters {
+            if sent < iters && !in_flight && (send_first || recvd == iters) {
+                self.post_send()?;
+                in_flight = true;
+            }
+            let left = timeout.saturating_sub(last.elapsed());
+            let n = match self.cq.wait(&mut wcs, left.max(Duration::from_millis(1))) {
+                Ok(n) => n,
+                Err(roce::Error::Timeout(_)) if last.elapsed() >= timeout => {
+                    return Err(Error::Timeout {
+                        what: format!(
+                            "no completion for {} s after {sent} sends and {recvd} receives (is the peer running?)",
+                            timeout.as_secs()
+                        ),
+                    })
+                }
+                Err(roce::Error::Timeout(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            last = Instant::now();
+            for wc in &wcs[..n] {
+                if wc.status != roce::WcStatus::Success {
+                    return Err(Error::Failed(format!(
+                        "completion with status {:?} (wr_id {})",
+                        wc.status, wc.wr_id
+                    )));
+                }
+                if wc.wr_id == SEND_WRID {
+                    sent += 1;
+                    in_flight = false;
+                } else {
+                    recvd += 1;
+                    self.post_recv()?;
+                }
+            }
+        }
+        let t = start.elapsed();
+        self.linger();
+        Ok(t)
+    }
+
     /// Keeps the QP alive after the last message until the peer has been
     /// quiet for a while (like TCP's TIME_WAIT): if our ACK of its last
     /// message was lost, its retransmission still finds a QP to ACK it,
