@@ -8,9 +8,13 @@
 //! pass `roce-pcap-check`, and `roce pcap decode` must name the CM
 //! messages on it.
 //!
-//! It boots a VM, so it runs only where asked: under CI, or with
-//! `ROCE_INTEROP=1`; run it under the lab's lock. It needs root; without it
-//! (or without the lab's packages) it skips with a notice.
+//! It boots a VM and takes about 165 s with the lab up (most of it the
+//! kernel's 2.1 s QP timeout after each loss, and ucmatose's server, which
+//! lingers up to its 60 s wait after the data), more than CI's budget for
+//! an addition: it runs only with `ROCE_INTEROP=1`, under the lab's lock
+//! (`flock /work/helpers/rxe-lab.lock cargo test -p roce-cli --test
+//! rxe_cm_interop`). It needs root; without it (or without the lab's
+//! packages) it skips with a notice.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -229,9 +233,10 @@ fn suite(lab: &Lab, out: &Path, check: Option<&Path>) -> Vec<String> {
 }
 
 fn main() {
-    let wanted = roce_test_support::in_ci() || std::env::var("ROCE_INTEROP").is_ok_and(|v| v == "1");
-    if !wanted {
-        eprintln!("SKIPPED: the RDMA CM interop test boots a VM; it runs under CI or with ROCE_INTEROP=1");
+    if std::env::var("ROCE_INTEROP").is_ok_and(|v| v != "1") || std::env::var_os("ROCE_INTEROP").is_none() {
+        eprintln!(
+            "SKIPPED: the RDMA CM interop test boots a VM for about 3 minutes; it runs with ROCE_INTEROP=1"
+        );
         return;
     }
     let Some(tool) = roce_test_support::rxe_lab() else { return };
