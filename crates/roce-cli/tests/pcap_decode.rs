@@ -671,3 +671,70 @@ fn every_opcode_decodes_with_its_headers() {
     assert!(out.contains("DETH(qkey="));
     assert!(out.contains("IETH(rkey=0x00001234)"));
 }
+
+/// A device on `127.a.b.c:4791` (random a, b, c): a CM peer must own port
+/// 4791 of its address, as the kernel sends every CM MAD there.
+fn cm_device(pcap: Option<PathBuf>) -> roce::Device {
+    let seed = std::process::id() as u64
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for i in 0..64u64 {
+        let x = (seed.wrapping_mul(6364136223846793005).wrapping_add(i * 1442695040888963407)) >> 33;
+        let ip = Ipv4Addr::new(127, 100 + (x % 100) as u8, (x >> 8) as u8, 2 + ((x >> 16) % 250) as u8);
+        let mut cfg = roce::DeviceConfig::new(std::net::SocketAddr::new(ip.into(), 4791));
+        cfg.pcap = pcap.clone();
+        if let Ok(d) = roce::Device::open(cfg) {
+            return d;
+        }
+    }
+    panic!("no free 127.x.y.z:4791");
+}
+
+/// A connection made and ended through the CM, captured by the active
+/// side: every CM message is named with its fields.
+#[test]
+fn cm_messages_are_named_with_their_fields() {
+    let file = scratch("cm.pcap");
+    let t = Some(Duration::from_secs(10));
+    let a = cm_device(Some(file.clone()));
+    let b = cm_device(None);
+    let listener = roce::cm::Listener::bind(&b, 7174).unwrap();
+    let addr = std::net::SocketAddr::new(b.cm_address(), 7174);
+    let server = std::thread::spawn(move || {
+        let cq = b.create_cq(4).unwrap();
+        let qp = b.alloc_pd().unwrap().create_qp(roce::QpBuilder::rc(&cq)).unwrap();
+        let mut c = listener.accept(qp, t).unwrap();
+        c.wait_disconnected(t).unwrap();
+    });
+    let cq = a.create_cq(4).unwrap();
+    let qp = a.alloc_pd().unwrap().create_qp(roce::QpBuilder::rc(&cq)).unwrap();
+    let (src, dst) = (a.cm_address(), addr.ip());
+    let mut c = roce::cm::connect(&a, addr, qp, b"hello", t).unwrap();
+    c.disconnect().unwrap();
+    // The DREP: received (and captured) before its event comes.
+    c.wait_disconnected(t).unwrap();
+    server.join().unwrap();
+    drop(c);
+    drop(cq);
+    drop(a);
+    let o = decode(&file, &[]);
+    let out = stdout(&o);
+    assert_eq!(code(&o), 0, "{out}{}", stderr(&o));
+    for name in ["CM REQ", "CM REP", "CM RTU", "CM DREQ", "CM DREP"] {
+        assert!(out.contains(name), "{name} missing:\n{out}");
+    }
+    let req = out.lines().find(|l| l.contains("CM REQ")).unwrap();
+    for field in [
+        "local_comm_id=0x",
+        "service_id=0x0000000001061c06",
+        "qpn=0x",
+        "psn=0x",
+        &format!("ip={src}:"),
+        &format!("->{dst}:7174"),
+    ] {
+        assert!(req.contains(field), "{field} missing: {req}");
+    }
+    let rep = out.lines().find(|l| l.contains("CM REP")).unwrap();
+    assert!(rep.contains("remote_comm_id=0x") && rep.contains("qpn=0x"), "{rep}");
+}

@@ -58,6 +58,13 @@ counters! {
     icrc_ipv4_id_inferred,
     /// Dropped: not a well-formed RoCE packet.
     malformed_dropped,
+    /// MADs received on QP 1 (the GSI) and handed to the CM.
+    gsi_rcvd,
+    /// Dropped on QP 1: not a UD SEND_ONLY with the GSI's P_Key and Q_Key
+    /// and a 256-byte MAD (what rxe's `check_keys` drops too).
+    gsi_dropped,
+    /// MADs sent from QP 1.
+    gsi_sent,
     /// Dropped: no such destination QP.
     unknown_qp_dropped,
     /// Dropped: QP state does not accept the packet.

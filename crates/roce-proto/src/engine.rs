@@ -48,6 +48,7 @@ use crate::timers::TimerKind;
 use crate::verbs::*;
 use crate::wqe::{InlineData, RecvWqe, SendWqe};
 
+mod gsi;
 mod post;
 mod qp_entry;
 mod receive;
@@ -78,6 +79,21 @@ pub struct Engine {
     plain_buf: Vec<u8>,
     /// Some QP was ever given keys.
     any_protected: bool,
+    /// The connection manager behind QP 1 (`gsi`).
+    cm: crate::cm::Cm,
+    /// Its events after the engine's own handling.
+    cm_events: VecDeque<crate::cm::CmEvent>,
+    /// Connections the CM brings up: their QPs.
+    cm_links: std::collections::HashMap<crate::cm::CmId, gsi::CmLink>,
+    /// Accepted QPs whose first packet stands for the RTU.
+    cm_comm_est: FxHashMap<u32, crate::cm::CmId>,
+    /// Peer devices not on the RoCE port (two devices on one host).
+    cm_peer_ports: std::collections::HashMap<core::net::IpAddr, u16>,
+    /// PSN of QP 1's next MAD.
+    gsi_psn: u32,
+    /// The latest time the CM was handed (for what the engine does on its
+    /// events, which come without a time).
+    cm_now: Instant,
 }
 
 /// What congestion control says of one QP (`Engine::qp_rate`).
@@ -116,7 +132,13 @@ impl Engine {
         Engine::with_rng(cfg, ChaCha20Rng::from_seed(seed))
     }
 
-    fn with_rng(cfg: EngineConfig, rng: ChaCha20Rng) -> Engine {
+    fn with_rng(cfg: EngineConfig, mut rng: ChaCha20Rng) -> Engine {
+        // The CM's CA GUID and comm IDs come from the engine's generator:
+        // random per device, stable for its life (the peer keys stale
+        // connections on the GUID).
+        let local_ip =
+            cfg.gids.first().copied().unwrap_or(core::net::IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED));
+        let cm = crate::cm::Cm::new(crate::cm::CmConfig::new(local_ip, rng.next_u64() | 1), rng.next_u64());
         Engine {
             res: Res {
                 cfg,
@@ -143,6 +165,13 @@ impl Engine {
             stash_buf: vec![0; MAX_DATAGRAM],
             plain_buf: vec![0; MAX_DATAGRAM],
             any_protected: false,
+            cm,
+            cm_events: VecDeque::new(),
+            cm_links: std::collections::HashMap::new(),
+            cm_comm_est: FxHashMap::default(),
+            cm_peer_ports: std::collections::HashMap::new(),
+            gsi_psn: 0,
+            cm_now: Instant::ZERO,
         }
     }
 

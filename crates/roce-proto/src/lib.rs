@@ -16,6 +16,7 @@ mod timers;
 mod wqe;
 
 pub mod cc;
+pub mod cm;
 pub mod config;
 pub mod datagram;
 pub mod limits;

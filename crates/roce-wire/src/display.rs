@@ -124,6 +124,15 @@ impl fmt::Display for AfterBth<'_, '_> {
         if opcode::lookup(p.bth.opcode).is_none_or(|i| i.payload) {
             write!(f, " payload={}", p.payload.len())?;
         }
+        // A UD SEND to QP 1 (the GSI) carrying a CM MAD: the message and
+        // its fields (comm IDs, QPNs, PSNs, service ID, the RDMA CM IP
+        // header of a REQ).
+        if p.bth.dest_qp == crate::mad::GSI_QPN && p.bth.opcode == 0x64 {
+            match crate::cm::CmMadRepr::parse(p.payload) {
+                Ok(m) => write!(f, " {m}")?,
+                Err(e) => write!(f, " MAD({e})")?,
+            }
+        }
         Ok(())
     }
 }

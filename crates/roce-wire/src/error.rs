@@ -25,6 +25,12 @@ pub enum Header {
     Feth,
     Cnp,
     Icrc,
+    /// The 24-byte MAD header (IBTA vol. 1 §13.4.3).
+    Mad,
+    /// A CM message in a MAD's data (IBTA vol. 1 §12.6).
+    CmMessage,
+    /// RDMA CM's 36-byte IP addressing header in private data (Annex A11).
+    CmaHdr,
 }
 
 impl core::fmt::Display for Header {
@@ -48,6 +54,9 @@ impl core::fmt::Display for Header {
             Header::Feth => "FETH",
             Header::Cnp => "CNP padding",
             Header::Icrc => "ICRC",
+            Header::Mad => "MAD header",
+            Header::CmMessage => "CM message",
+            Header::CmaHdr => "RDMA CM IP header",
         };
         f.write_str(s)
     }
@@ -120,6 +129,10 @@ pub enum WireError {
     PayloadTooLarge(usize),
     #[error("source {src} and destination {dst} mix IPv4 and IPv6")]
     MixedIpFamilies { src: IpAddr, dst: IpAddr },
+    #[error("MAD: {0}")]
+    Mad(&'static str),
+    #[error("private data of {len} bytes exceeds the {max} the CM message holds")]
+    PrivateDataTooLong { len: usize, max: usize },
 }
 
 impl WireError {
@@ -161,6 +174,8 @@ impl WireError {
             WireError::BufferTooSmall { .. } => "buffer_too_small",
             WireError::PayloadTooLarge(_) => "payload_too_large",
             WireError::MixedIpFamilies { .. } => "ip_family_mismatch",
+            WireError::Mad(_) => "mad",
+            WireError::PrivateDataTooLong { .. } => "private_data_len",
         }
     }
 

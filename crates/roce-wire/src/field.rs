@@ -69,6 +69,122 @@ pub(crate) fn ones_complement_sum(acc: u32, data: &[u8]) -> u32 {
     wide as u32
 }
 
+/// Reads `width` bits of byte `b[at]`, starting `msb` bits below its most
+/// significant bit (IBTA bit numbering).
+#[inline]
+pub(crate) fn get_bits(b: &[u8], at: usize, msb: u32, width: u32) -> u8 {
+    (b[at] >> (8 - msb - width)) & ((1u16 << width) - 1) as u8
+}
+
+/// Writes the low `width` bits of `v` where `get_bits` reads them.
+#[inline]
+pub(crate) fn set_bits(b: &mut [u8], at: usize, msb: u32, width: u32, v: u8) {
+    let shift = 8 - msb - width;
+    let mask = (((1u16 << width) - 1) as u8) << shift;
+    b[at] = (b[at] & !mask) | ((v << shift) & mask);
+}
+
+/// Named getters and setters over a view's buffer:
+/// `getter, setter: kind(offset[, msb, width]);` with kind one of
+/// u8 u16 u24 u32 u64 bits gid.
+macro_rules! accessors {
+    ($view:ident { $( $(#[$m:meta])* $get:ident, $set:ident : $kind:ident ( $($arg:expr),* ) ; )* }) => {
+        impl<T: AsRef<[u8]>> $view<T> {
+            $( $(#[$m])* #[inline] pub fn $get(&self) -> $crate::field::acc_ty!($kind) {
+                $crate::field::acc_get!($kind, self.buffer.as_ref(), $($arg),*)
+            } )*
+        }
+        impl<T: AsRef<[u8]> + AsMut<[u8]>> $view<T> {
+            $( #[inline] pub fn $set(&mut self, v: $crate::field::acc_ty!($kind)) {
+                $crate::field::acc_set!($kind, self.buffer.as_mut(), v, $($arg),*)
+            } )*
+        }
+    };
+}
+
+macro_rules! acc_ty {
+    (u8) => {
+        u8
+    };
+    (u16) => {
+        u16
+    };
+    (u24) => {
+        u32
+    };
+    (u32) => {
+        u32
+    };
+    (u64) => {
+        u64
+    };
+    (bits) => {
+        u8
+    };
+    (flag) => {
+        bool
+    };
+    (gid) => {
+        [u8; 16]
+    };
+}
+
+macro_rules! acc_get {
+    (u8, $b:expr, $at:expr) => {
+        $b[$at]
+    };
+    (u16, $b:expr, $at:expr) => {
+        $crate::field::get_u16($b, $at)
+    };
+    (u24, $b:expr, $at:expr) => {
+        $crate::field::get_u24($b, $at)
+    };
+    (u32, $b:expr, $at:expr) => {
+        $crate::field::get_u32($b, $at)
+    };
+    (u64, $b:expr, $at:expr) => {
+        $crate::field::get_u64($b, $at)
+    };
+    (bits, $b:expr, $at:expr, $msb:expr, $w:expr) => {
+        $crate::field::get_bits($b, $at, $msb, $w)
+    };
+    (flag, $b:expr, $at:expr, $msb:expr) => {
+        $crate::field::get_bits($b, $at, $msb, 1) != 0
+    };
+    (gid, $b:expr, $at:expr) => {
+        $b[$at..$at + 16].try_into().expect("16 bytes")
+    };
+}
+
+macro_rules! acc_set {
+    (u8, $b:expr, $v:expr, $at:expr) => {
+        $b[$at] = $v
+    };
+    (u16, $b:expr, $v:expr, $at:expr) => {
+        $crate::field::set_u16($b, $at, $v)
+    };
+    (u24, $b:expr, $v:expr, $at:expr) => {
+        $crate::field::set_u24($b, $at, $v & 0x00ff_ffff)
+    };
+    (u32, $b:expr, $v:expr, $at:expr) => {
+        $crate::field::set_u32($b, $at, $v)
+    };
+    (u64, $b:expr, $v:expr, $at:expr) => {
+        $crate::field::set_u64($b, $at, $v)
+    };
+    (bits, $b:expr, $v:expr, $at:expr, $msb:expr, $w:expr) => {
+        $crate::field::set_bits($b, $at, $msb, $w, $v)
+    };
+    (flag, $b:expr, $v:expr, $at:expr, $msb:expr) => {
+        $crate::field::set_bits($b, $at, $msb, 1, $v as u8)
+    };
+    (gid, $b:expr, $v:expr, $at:expr) => {
+        $b[$at..$at + 16].copy_from_slice(&$v)
+    };
+}
+
+pub(crate) use {acc_get, acc_set, acc_ty, accessors};
+
 #[cfg(test)]
 mod tests {
     use super::*;

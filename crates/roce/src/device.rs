@@ -160,6 +160,20 @@ impl Device {
         })
     }
 
+    /// Runs `f` on the driver's core under the lock (an engine panic kills
+    /// the device), then sends what it queued and routes the CM events it
+    /// raised: the body of every `cm_*` call.
+    pub(crate) fn cm_call<T>(
+        &self,
+        f: impl FnOnce(&mut Core, Instant) -> std::result::Result<T, Error>,
+    ) -> Result<T> {
+        let sh = self.shared();
+        let now = sh.now();
+        let (r, core) = sh.guarded(sh.lock()?, |core| f(core, now))?;
+        sh.kick(core);
+        r
+    }
+
     pub(crate) fn shared(&self) -> &Shared {
         &self.inner.shared
     }

@@ -73,6 +73,8 @@ pub(crate) struct Core {
     qp_in_flight: std::collections::HashMap<u32, u64>,
     /// The longest RDMA READ posted so far, bytes.
     largest_read: u64,
+    /// Which event channel each CM identifier reports to.
+    pub cm_router: crate::cm_events::Router,
 }
 
 pub(crate) struct Shared {
@@ -344,6 +346,7 @@ impl Core {
             inject_panic: None,
             qp_in_flight: std::collections::HashMap::new(),
             largest_read: 0,
+            cm_router: Default::default(),
         }
     }
 
@@ -423,6 +426,11 @@ impl Core {
     /// released the lock ([`Wake::fire`]). A thread woken while the lock is
     /// still held would only block on it again.
     pub fn completion_waiters(&mut self) -> Wake {
+        // CM events go to their channels here: every path that makes
+        // progress passes by.
+        while let Some(ev) = self.engine.poll_cm_event() {
+            self.cm_router.deliver(ev);
+        }
         let made = self.engine.completions_made();
         let fresh = made != self.completions_seen;
         self.completions_seen = made;

@@ -32,6 +32,18 @@ pub enum Error {
     /// statistics still read what was counted. Open a new device.
     #[error("the device is dead: {0}")]
     DeviceDead(String),
+    /// The connection manager refused a call (wrong state, private data
+    /// too long, port in use, ...).
+    #[error("connection manager: {0}")]
+    Cm(#[from] roce_proto::cm::CmError),
+    /// The peer rejected the connection: the REJ's reason (8: nobody
+    /// listens on that port; 28: the application said no; 10: stale
+    /// connection) and its private data.
+    #[error("connection rejected by the peer: reason {reason} ({})", roce_wire::cm::reject_reason_name(*reason))]
+    Rejected { reason: u16, private_data: Vec<u8> },
+    /// The peer never answered the connection manager's retries.
+    #[error("{0} did not answer the connection request")]
+    Unreachable(std::net::SocketAddr),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -14,6 +14,8 @@
 
 mod buffer;
 mod capture;
+pub mod cm;
+mod cm_events;
 mod config;
 mod cq;
 pub mod crypto;

@@ -171,7 +171,7 @@ impl Qp {
     /// Tells the driver what this QP can now have in flight towards the
     /// device's socket (`Core::note_qp`): a connected RC/UC QP's peer may
     /// send a full window of path-MTU packets.
-    fn note_state(&self) {
+    pub(crate) fn note_state(&self) {
         let Ok(mut core) = self.dev().shared().lock() else { return };
         let window = core.engine.config().max_unacked_psns;
         let connected = match core.engine.query_qp(self.qpn) {

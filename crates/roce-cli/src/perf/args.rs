@@ -115,6 +115,12 @@ pub struct PerfArgs {
     /// Spin on the socket instead of sleeping (lowest latency, burns a core).
     #[arg(long = "busy-poll")]
     pub busy_poll: bool,
+    /// Connect the QPs through RDMA CM (REQ/REP/RTU on QP 1; -p is the CM
+    /// port) instead of with the exchanged QPNs; keys and results still go
+    /// over TCP, so the peer is another `roce perf -R`, not perftest's -R.
+    /// Each device must own UDP 4791 of its address.
+    #[arg(short = 'R', long = "rdma-cm")]
+    pub rdma_cm: bool,
     /// Write every packet this end sends and receives to a pcap file.
     #[arg(long, value_name = "FILE")]
     pub pcap: Option<PathBuf>,
@@ -296,6 +302,7 @@ pub struct Conf {
     pub bind: Option<IpAddr>,
     pub udp_port: u16,
     pub busy_poll: bool,
+    pub rdma_cm: bool,
     pub pcap: Option<PathBuf>,
     pub json: bool,
     pub verify: bool,
@@ -411,6 +418,7 @@ impl Conf {
             bind: a.bind,
             udp_port: a.udp_port,
             busy_poll: a.busy_poll,
+            rdma_cm: a.rdma_cm,
             pcap: a.pcap.clone(),
             json: a.json,
             verify: a.verify,

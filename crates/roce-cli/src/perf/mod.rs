@@ -263,7 +263,10 @@ fn loopback(conf: &Conf) -> Result<()> {
     sconf.bind = Some(ip);
     sconf.pcap = None;
     sconf.json = false;
-    let send = End { role: Role::Server, udp_port: conf.udp_port, pcap: None, quiet: true };
+    // With -R the client owns --udp-port (4791): the server's CM answers
+    // there, the client names the server's port (from the exchange).
+    let (srv_port, cli_port) = if conf.rdma_cm { (0, conf.udp_port) } else { (conf.udp_port, 0) };
+    let send = End { role: Role::Server, udp_port: srv_port, pcap: None, quiet: true };
     let side = open_side(&sconf, ip, &send)?;
     let srv = std::thread::Builder::new()
         .name("perf-server".into())
@@ -271,7 +274,7 @@ fn loopback(conf: &Conf) -> Result<()> {
         .context("starting the server thread")?;
     let mut cconf = conf.clone();
     cconf.bind = Some(ip);
-    let end = End { role: Role::Client, udp_port: 0, pcap: conf.pcap.clone(), quiet: false };
+    let end = End { role: Role::Client, udp_port: cli_port, pcap: conf.pcap.clone(), quiet: false };
     let c = oob::tcp::connect(&[addr], conf.timeout, Tool::Perf)
         .and_then(|stream| client_end(&cconf, stream, &end));
     let s = srv.join().unwrap_or(Err(Error::ServerPanicked));

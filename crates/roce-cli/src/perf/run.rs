@@ -26,6 +26,7 @@ use super::report::{self, HeaderInfo, RESULT_LINE};
 use super::{AtomicType, Conf, Kind, Verb, MAX_OUT_READS};
 use crate::oob::{gid_bytes, gid_ip, Encryption, Error, Result, ROCE_UDP_PORT};
 
+mod cm;
 mod lat;
 
 const PAGE: usize = 4096;
@@ -166,6 +167,8 @@ pub struct RdmaSide {
     rows: Vec<Value>,
     /// Text held back until the test begins ([`RdmaSide::hold_output`]).
     held: Option<String>,
+    /// `-R`: the QPs are connected through RDMA CM.
+    cm: Option<cm::PerfCm>,
 }
 
 impl RdmaSide {
@@ -187,7 +190,11 @@ impl RdmaSide {
         cfg.pin_peer_port = conf.pin_peer_port;
         let dev = Device::open(cfg).map_err(|source| Error::OpenDevice { bind, source })?;
         crate::report::opened(&dev);
-        Ok(RdmaSide::with_device(conf.clone(), role, dev, quiet))
+        let mut side = RdmaSide::with_device(conf.clone(), role, dev, quiet);
+        if conf.rdma_cm {
+            side.cm = Some(cm::PerfCm::open(&side.dev, role, conf.tcp_port)?);
+        }
+        Ok(side)
     }
 
     fn with_device(conf: Conf, role: Role, dev: Device, quiet: bool) -> RdmaSide {
@@ -205,6 +212,7 @@ impl RdmaSide {
             json: serde_json::Map::new(),
             rows: Vec::new(),
             held: None,
+            cm: None,
         }
     }
 
@@ -213,7 +221,16 @@ impl RdmaSide {
     /// stays for the next peer.
     pub fn reset(&mut self) {
         let (conf, dev) = (self.conf.clone(), self.dev.clone());
+        let mut cm = self.cm.take();
+        if let Some(c) = &mut cm {
+            c.close(&dev);
+        }
         *self = RdmaSide::with_device(conf, self.role, dev, self.quiet);
+        if self.conf.rdma_cm {
+            // A new listener for the next client (the old one went with the
+            // connections of the dropped one).
+            self.cm = cm::PerfCm::open(&self.dev, self.role, self.conf.tcp_port).ok();
+        }
     }
 
     /// Holds back what this end prints until the test begins, so that a
@@ -398,6 +415,10 @@ impl RdmaSide {
     /// failures into an error.
     pub fn finish(mut self, r: Result<()>) -> Result<()> {
         self.release_output();
+        if let Some(mut c) = self.cm.take() {
+            // DREQs for the connections (answered in the background).
+            c.close(&self.dev);
+        }
         let r = r.map_err(|e| crate::report::with_send_error(&self.dev, e));
         if self.conf.cc.dcqcn().is_some() && !self.quiet {
             self.report_cc();
@@ -551,6 +572,9 @@ impl Side for RdmaSide {
     fn connect(&mut self, remote: &[KeyMsg], peer_is_roce: bool, session: Option<&Session>) -> Result<()> {
         self.peer_is_roce = peer_is_roce;
         self.remote = remote.to_vec();
+        if self.cm.is_some() {
+            return self.cm_connect(remote, peer_is_roce);
+        }
         let ours = self.dev.gid();
         let res = self.res();
         for (i, r) in remote.iter().enumerate() {

@@ -77,6 +77,18 @@ pub struct PingArgs {
     /// With --encrypt: a file whose bytes both ends mix into the keys.
     #[arg(long, value_name = "FILE", requires = "encrypt")]
     pub psk: Option<PathBuf>,
+    /// Connect through RDMA CM (REQ/REP/RTU on QP 1, as rping and
+    /// perftest -R do) instead of the TCP exchange: -p is the RDMA CM
+    /// port, and the device must own UDP --udp-port (4791) of its address.
+    /// The server needs --bind.
+    #[arg(short = 'R', long = "rdma-cm", conflicts_with_all = ["ud", "encrypt"])]
+    pub rdma_cm: bool,
+    /// With -R: ucmatose's order instead of the ping-pong: the server sends
+    /// its -n messages first, then receives as many; the client receives
+    /// first, then sends (so either end can be a stock `ucmatose -C N -S
+    /// SIZE`).
+    #[arg(long, requires = "rdma_cm")]
+    pub burst: bool,
 }
 
 fn parse_size(s: &str) -> std::result::Result<u32, String> {

@@ -210,10 +210,20 @@ impl End {
             self.qp.protect(&s.qp_keys(self.me.qpn, peer.qpn))?;
         }
         self.qp.connect(&ep, &opts)?;
+        self.post_recvs()
+    }
+
+    /// The QP's receive queue filled (`rx_depth` receives).
+    pub(super) fn post_recvs(&self) -> Result<()> {
         for _ in 0..self.rx_depth {
             self.post_recv()?;
         }
         Ok(())
+    }
+
+    /// The QP (for the RDMA CM path, which connects it itself).
+    pub(super) fn qp(&self) -> &Qp {
+        &self.qp
     }
 
     /// The ping-pong; returns the elapsed time.
@@ -286,6 +296,56 @@ impl End {
             self.dev.progress()?;
             self.dev.progress()?;
         }
+        self.linger();
+        Ok(t)
+    }
+
+    /// ucmatose's order instead of the ping-pong (`-R --burst`): with
+    /// `send_first` (ucmatose's server) all `iters` messages go out one
+    /// after another, then `iters` are received; otherwise (its client)
+    /// all are received first, then sent. Returns the elapsed time.
+    pub(super) fn run_burst(&self, iters: u64, send_first: bool, timeout: Duration) -> Result<Duration> {
+        let (mut sent, mut recvd, mut in_flight) = (0u64, 0u64, false);
+        let mut wcs = [WC_ZERO; 4];
+        let start = Instant::now();
+        let mut last = start;
+        while sent < iters || recvd < iters {
+            if sent < iters && !in_flight && (send_first || recvd == iters) {
+                self.post_send()?;
+                in_flight = true;
+            }
+            let left = timeout.saturating_sub(last.elapsed());
+            let n = match self.cq.wait(&mut wcs, left.max(Duration::from_millis(1))) {
+                Ok(n) => n,
+                Err(roce::Error::Timeout(_)) if last.elapsed() >= timeout => {
+                    return Err(Error::Timeout {
+                        what: format!(
+                            "no completion for {} s after {sent} sends and {recvd} receives (is the peer running?)",
+                            timeout.as_secs()
+                        ),
+                    })
+                }
+                Err(roce::Error::Timeout(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            last = Instant::now();
+            for wc in &wcs[..n] {
+                if wc.status != roce::WcStatus::Success {
+                    return Err(Error::Failed(format!(
+                        "completion with status {:?} (wr_id {})",
+                        wc.status, wc.wr_id
+                    )));
+                }
+                if wc.wr_id == SEND_WRID {
+                    sent += 1;
+                    in_flight = false;
+                } else {
+                    recvd += 1;
+                    self.post_recv()?;
+                }
+            }
+        }
+        let t = start.elapsed();
         self.linger();
         Ok(t)
     }

@@ -26,6 +26,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod args;
+mod cm;
 mod end;
 mod exchange;
 mod tally;
@@ -121,6 +122,9 @@ fn run(a: &PingArgs) -> Result<()> {
     if let Some(d) = &a.ibdev {
         eprintln!("note: -d/--ib-dev {d} is ignored: the device is the UDP socket of --bind/--udp-port");
     }
+    if a.rdma_cm {
+        return run_cm(a);
+    }
     if a.loopback {
         let ip = a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         if !ip.is_loopback() {
@@ -158,6 +162,53 @@ fn run(a: &PingArgs) -> Result<()> {
             println!("{out}");
         }
     }
+    Ok(())
+}
+
+/// `roce ping -R`: client, server or both ends (`--loopback`: the server
+/// on the bound address, or 127.0.0.1, and UDP port 0; the client on the
+/// same address and `--udp-port`, naming the server's port).
+fn run_cm(a: &PingArgs) -> Result<()> {
+    check_args(a)?;
+    if a.loopback {
+        let ip = a.bind.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        if !ip.is_loopback() {
+            return Err(Error::BadArgs(format!("--loopback needs a loopback address, not {ip}")));
+        }
+        let srv_end = end::End::open(a, SocketAddr::new(ip, 0), None)?;
+        let ch = roce::cm::EventChannel::new().map_err(Error::Device)?;
+        let listen = srv_end.dev.cm_listen(&ch, roce::cm::PortSpace::Tcp, a.port)?;
+        let srv_port = srv_end.dev.local_addr().port();
+        let sa = a.clone();
+        let srv = std::thread::spawn(move || cm::server_on(&sa, &srv_end, &ch, listen));
+        let c = cm::client(a, ip, Some(ip), srv_port);
+        let s = srv.join().unwrap_or(Err(Error::ServerPanicked));
+        return match (c, s) {
+            (Ok(out), Ok(_)) => {
+                println!("{out}");
+                Ok(())
+            }
+            (Err(c), Err(s)) => Err(Error::BothEnds { client: Box::new(c), server: Box::new(s) }),
+            (Err(e), Ok(_)) => Err(e),
+            (Ok(_), Err(e)) => Err(Error::Server(Box::new(e))),
+        };
+    }
+    let out = match &a.server {
+        Some(server) => {
+            let ip = oob::tcp::resolve(server, a.port)?
+                .first()
+                .map(|s| s.ip().to_canonical())
+                .ok_or_else(|| Error::BadArgs(format!("{server} resolves to no address")))?;
+            cm::client(a, ip, a.bind, a.udp_port)?
+        }
+        None => {
+            let ip = a.bind.ok_or_else(|| {
+                Error::BadArgs("an RDMA CM server needs --bind ADDR: the address its CM answers on".into())
+            })?;
+            cm::server(a, ip, a.udp_port, false)?
+        }
+    };
+    println!("{out}");
     Ok(())
 }
 

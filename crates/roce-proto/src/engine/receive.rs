@@ -116,6 +116,9 @@ impl Engine {
             }
             return;
         }
+        if pkt.bth.dest_qp == roce_wire::mad::GSI_QPN {
+            return self.handle_gsi(now, meta, &pkt);
+        }
         if pkt.bth.pkey & 0x7fff != self.res.cfg.pkey & 0x7fff {
             c.pkey_violation_dropped += 1;
             return;
@@ -151,6 +154,11 @@ impl Engine {
         if meta.ecn == 3 && self.res.cfg.cnp.enabled {
             qp.mark_congested(&self.res.cfg, now);
         }
+        if !self.cm_comm_est.is_empty() {
+            self.cm_packet_on(qpn);
+            // The map lookup above let go of the QP: take it again.
+        }
+        let Some(qp) = self.qps.get_mut(&qpn) else { return };
         let res = &mut self.res;
         if info.request {
             qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);

@@ -62,6 +62,11 @@ impl Engine {
 
     /// The next packet of the next ready QP.
     pub(super) fn produce_one(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.cm.has_transmit() {
+            if let Some(tx) = self.produce_gsi(buf) {
+                return Some(tx);
+            }
+        }
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.scheduled = false;
@@ -89,16 +94,24 @@ impl Engine {
     /// True when some QP may have a packet to send (`poll_transmit` may
     /// still find it has none): lets a driver skip an idle flush.
     pub fn has_transmit(&self) -> bool {
-        self.stash.is_some() || !self.ready.is_empty()
+        self.stash.is_some() || !self.ready.is_empty() || self.cm.has_transmit()
     }
 
     /// The earliest time `handle_timeout` wants to be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|&(t, _)| t)
+        let qp = self.timers.first().map(|&(t, _)| t);
+        match (qp, self.cm.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Runs the timers due at `now`, each by the role that armed it.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if self.cm.poll_timeout().is_some_and(|t| t <= now) {
+            self.cm_now = now;
+            self.cm.handle_timeout(now);
+        }
         while let Some(&(t, qpn)) = self.timers.first() {
             if t > now {
                 break;
