@@ -220,7 +220,9 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         out,
         "  seed mix: congestion control {} ({:.1}%: {} hosts, {} CNPs injected, {} rate cuts), \
          encryption {} ({:.1}%: {} QPs), faults ending then a heal phase {} ({:.1}%), \
-         link blackouts {} ({:.1}%), all of CC + encryption + heal {} ({:.1}%)",
+         link blackouts {} ({:.1}%), all of CC + encryption + heal {} ({:.1}%), \
+         a switched fabric {} ({:.1}%: {} with two switches, {} CE marks on {} seeds, \
+         {} CNPs from the engines, {} PFC pauses on {} seeds)",
         d.cc,
         pct(d.cc),
         d.cc_hosts,
@@ -234,7 +236,15 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         d.blackouts,
         pct(d.blackouts),
         d.all,
-        pct(d.all)
+        pct(d.all),
+        d.switched,
+        pct(d.switched),
+        d.two_switches,
+        d.ce_marks,
+        d.ce_seeds,
+        d.own_cnps,
+        d.pfc_pauses,
+        d.pfc_seeds
     );
     if s.failed > 0 {
         let list: Vec<String> = s.failed_seeds.iter().take(50).map(|x| x.to_string()).collect();

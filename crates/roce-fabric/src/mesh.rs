@@ -214,6 +214,12 @@ impl<H: LinkHooks> Mesh<H> {
         self.sim.deadlock()
     }
 
+    /// Data frames anywhere in the fabric (queued in a NIC or a switch,
+    /// or on a link): 0 once the network is quiet.
+    pub fn frames_in_fabric(&self) -> usize {
+        self.sim.data_frames()
+    }
+
     fn port_of(&self, from: NodeId, to: NodeId) -> Option<usize> {
         if from >= self.nodes || to >= self.nodes {
             return None;

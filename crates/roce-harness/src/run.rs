@@ -81,6 +81,13 @@ pub struct MixReport {
     pub blackouts: usize,
     /// The links' faults ended during the run (a faulty seed).
     pub healed: bool,
+    /// Switches of the seed's fabric (0: the mesh), the frames they
+    /// marked CE, and the CNPs the engines sent in answer.
+    pub switches: usize,
+    pub ce_marks: u64,
+    /// The PFC pauses the switches sent.
+    pub pfc_pauses: u64,
+    pub own_cnps: u64,
 }
 
 /// A run that broke a rule.
@@ -156,6 +163,9 @@ pub fn simulate(seed: u64, cfg: &Config) -> Run {
     let mut plan = workload::generate(&mut root.fork("plan"), &cfg.workload);
     workload::mix::draw(&mut root.fork("mix"), &mut plan, &cfg.workload.mix);
     let mut net = Network::new(root.fork("net"), LinkParams::ideal(Duration::from_micros(1)), cfg.trace);
+    if let Some(f) = &plan.mix.fabric {
+        net.use_fabric(f.scenario());
+    }
     let ledger = Rc::new(RefCell::new(UdLedger::default()));
     net.add_tap(Box::new(LedgerTap(ledger.clone())));
     let dark = plan.mix.blackouts.clone();
@@ -267,6 +277,10 @@ impl Run {
                 rate_cuts: 0,
                 blackouts: plan.mix.blackouts.len(),
                 healed: plan.mix.heal_at.is_some(),
+                switches: plan.mix.fabric.as_ref().map_or(0, |f| f.switches()),
+                ce_marks: net.stats().ce_marked,
+                pfc_pauses: net.stats().pfc_pauses,
+                own_cnps: 0,
             },
             ..Report::default()
         };
@@ -277,6 +291,7 @@ impl Run {
             r.timeouts += c.completer_retry_err;
             r.duplicate_requests += c.duplicate_request;
             r.mix.rate_cuts += c.cc_rate_cuts;
+            r.mix.own_cnps += c.cnp_sent;
         }
         r
     }

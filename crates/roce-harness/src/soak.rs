@@ -17,6 +17,17 @@ pub struct Drawn {
     pub blackouts: u64,
     /// Seeds with congestion control, encryption and a heal phase at once.
     pub all: u64,
+    /// Seeds on a switched fabric, those with two switches, the frames
+    /// the switches marked CE (and the seeds with any) and the CNPs the
+    /// engines sent.
+    pub switched: u64,
+    pub two_switches: u64,
+    pub ce_marks: u64,
+    pub ce_seeds: u64,
+    /// PFC pauses the switches sent, and the seeds that met one.
+    pub pfc_pauses: u64,
+    pub pfc_seeds: u64,
+    pub own_cnps: u64,
     /// Hosts with congestion control, encrypted QPs, injected CNPs and
     /// the rate cuts they caused, over all seeds.
     pub cc_hosts: u64,
@@ -37,6 +48,13 @@ impl Drawn {
         self.crypto_qps += m.crypto_qps as u64;
         self.cnps += m.cnps as u64;
         self.rate_cuts += m.rate_cuts;
+        self.switched += u64::from(m.switches > 0);
+        self.two_switches += u64::from(m.switches > 1);
+        self.ce_marks += m.ce_marks;
+        self.ce_seeds += u64::from(m.ce_marks > 0);
+        self.pfc_pauses += m.pfc_pauses;
+        self.pfc_seeds += u64::from(m.pfc_pauses > 0);
+        self.own_cnps += m.own_cnps;
     }
 }
 

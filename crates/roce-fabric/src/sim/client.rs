@@ -38,6 +38,12 @@ impl<H: LinkHooks> Sim<H> {
         self.ending.as_ref().filter(|e| matches!(e, crate::report::Ending::Deadlock { .. }))
     }
 
+    /// Data frames anywhere in the fabric: in a NIC's or a switch's
+    /// queues, or on a link.
+    pub(crate) fn data_frames(&self) -> usize {
+        self.slots.iter().filter_map(|s| s.frame).filter(|f| !f.pfc).count()
+    }
+
     pub(crate) fn host_of(&self, a: IpAddr) -> Option<NodeId> {
         self.addrs.get(&a).copied()
     }

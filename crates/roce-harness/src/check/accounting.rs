@@ -21,7 +21,9 @@ use crate::net::RunEnd;
 fn quiet(ctx: &Ctx<'_>) -> bool {
     match ctx.end {
         RunEnd::Idle => true,
-        RunEnd::TimeLimit => ctx.net.stats().in_flight() == 0,
+        RunEnd::TimeLimit => {
+            ctx.net.stats().in_flight() == 0 && (!ctx.net.switched() || ctx.net.frames_in_fabric() == 0)
+        }
         RunEnd::EventLimit => false,
     }
 }
@@ -66,6 +68,9 @@ pub fn check_liveness(ctx: &Ctx<'_>, f: &mut Findings) {
                 ),
             );
         }
+    }
+    if let Some(d) = net.deadlock() {
+        f.fail(FailureKind::Liveness, format!("the switched fabric deadlocked: {d}"));
     }
     check_error_states(ctx, f);
 }
@@ -120,6 +125,7 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
         sum.icrc_errors += c.icrc_errors;
         sum.cnp_sent += c.cnp_sent;
         sum.cnp_rcvd += c.cnp_rcvd;
+        sum.ecn_ce_rcvd += c.ecn_ce_rcvd;
         for (name, v) in c.iter() {
             let must_be_zero = matches!(
                 name,
@@ -136,6 +142,10 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
                 f.fail(FailureKind::Accounting, format!("engine {:?} counted {name} = {v}", e.config().gids));
             }
         }
+    }
+    // PFC on every priority: a switch never drops.
+    if st.switch_drops != 0 {
+        f.fail(FailureKind::Accounting, format!("the lossless switches dropped {} frames", st.switch_drops));
     }
     if sum.sent_pkts != st.sent {
         f.fail(
@@ -160,14 +170,19 @@ pub fn check_counters(ctx: &Ctx<'_>, f: &mut Findings) {
                 format!("{came} copies delivered or injected but {} received", sum.rcvd_pkts),
             );
         }
-        // No link marks CE, so no notification point speaks: every CNP
-        // received is one the mix injected.
-        if sum.cnp_sent != 0 || sum.cnp_rcvd != st.injected {
+        // Only a switch marks CE (none on the mesh): a notification point
+        // answers CE-marked packets only (Annex A17.9.2), no more CE marks
+        // arrive than the switches made, and every CNP received is one the
+        // mix injected or an engine's the links delivered intact.
+        if sum.cnp_sent > sum.ecn_ce_rcvd
+            || sum.ecn_ce_rcvd > st.ce_marked
+            || sum.cnp_rcvd != st.injected + st.cnps_delivered
+        {
             f.fail(
                 FailureKind::Accounting,
                 format!(
-                    "{} CNPs injected, {} received, {} sent with no CE mark",
-                    st.injected, sum.cnp_rcvd, sum.cnp_sent
+                    "{} CNPs injected, {} delivered, {} received; {} sent for {} CE marks received, {} made",
+                    st.injected, st.cnps_delivered, sum.cnp_rcvd, sum.cnp_sent, sum.ecn_ce_rcvd, st.ce_marked
                 ),
             );
         }

@@ -11,6 +11,14 @@
 //! 2. lets every NIC take what its engine now has to send, and re-arms the
 //!    engines' timers.
 //!
+//! Or the hosts run on a switched fabric ([`Network::use_fabric`]: one
+//! or two switches with PFC and ECN marking, `Mesh::on_fabric`); then each
+//! host has one link, to its switch, which carries the worst of the
+//! faults of its [`LinkParams`] towards every other host, and the rules,
+//! taps and trace see each datagram on that first hop (naming the
+//! destination host). The switches run lossless: a frame a switch drops
+//! is counted in [`NetStats::switch_drops`] (the checks fail the run).
+//!
 //! Every datagram a host puts on a link is first shown to the [`Rule`]s
 //! (directed faults), then meets the link's random faults; every copy is
 //! recorded in the [`Trace`] and shown to the [`Tap`]s. All randomness
@@ -27,6 +35,7 @@ use std::net::IpAddr;
 
 use roce_fabric::hooks::{self, LinkHooks};
 use roce_fabric::mesh::{Mesh, MeshLink};
+use roce_fabric::scenario::Scenario;
 use roce_fabric::sim::StepEnd;
 use roce_fabric::Time;
 use roce_proto::{Duration, Engine, Instant};
@@ -59,6 +68,14 @@ pub struct NetStats {
     pub injected: u64,
     /// Events processed.
     pub events: u64,
+    /// On a switched fabric: frames the switches marked CE, and frames
+    /// they dropped (buffer overflow, PFC watchdog, a stalled NIC).
+    pub ce_marked: u64,
+    pub switch_drops: u64,
+    /// On a switched fabric: the PFC pauses (XOFF) the switches sent.
+    pub pfc_pauses: u64,
+    /// Intact copies of the engines' own CNPs delivered.
+    pub cnps_delivered: u64,
 }
 
 impl NetStats {
@@ -157,7 +174,12 @@ impl LinkHooks for Wire {
             s.duplicated += 1;
         }
         match fate {
-            Fate::Delivered => s.delivered += 1,
+            Fate::Delivered => {
+                s.delivered += 1;
+                let cnp = roce_wire::bth::Bth::new_checked(c.bytes)
+                    .is_ok_and(|b| b.opcode() == roce_wire::opcode::CNP);
+                s.cnps_delivered += u64::from(cnp);
+            }
             Fate::Corrupted { .. } => s.corrupted += 1,
             Fate::Lost => s.lost += 1,
             Fate::Unroutable => s.unroutable += 1,
@@ -175,6 +197,8 @@ struct Pending {
     engines: Vec<Engine>,
     wire: Wire,
     rng: SimRng,
+    /// The switched fabric the hosts go on (`None`: the mesh).
+    fabric: Option<Scenario>,
 }
 
 /// The hosts, before the network first runs, or the fabric they run on.
@@ -189,6 +213,8 @@ pub struct Network {
     /// Links set with [`Network::set_link`]; the others are `default_link`.
     links: BTreeMap<(HostId, HostId), LinkParams>,
     default_link: LinkParams,
+    /// On a switched fabric: each host's switch.
+    uplink: Option<Vec<usize>>,
 }
 
 /// A harness link as the fabric's mesh link.
@@ -218,9 +244,68 @@ impl Network {
             stats: NetStats::default(),
         };
         Network {
-            hosts: Hosts::Building(Box::new(Pending { engines: Vec::new(), wire, rng })),
+            hosts: Hosts::Building(Box::new(Pending { engines: Vec::new(), wire, rng, fabric: None })),
             links: BTreeMap::new(),
             default_link,
+            uplink: None,
+        }
+    }
+
+    /// Runs the hosts on `scn` instead of the mesh: host `i` on node `i`
+    /// (a host node with one link, to its switch); see
+    /// `roce_fabric::mesh::Mesh::on_fabric`. Links' rates and delays are
+    /// the scenario's; each host's link to its switch carries the worst
+    /// faults of its links towards the other hosts.
+    ///
+    /// # Panics
+    /// If the network has run already.
+    pub fn use_fabric(&mut self, scn: Scenario) {
+        let Hosts::Building(b) = &mut self.hosts else {
+            panic!("the fabric is chosen before the network runs");
+        };
+        let mut uplink = vec![usize::MAX; scn.nodes.len()];
+        for l in &scn.links {
+            uplink[l.a] = l.b;
+            uplink[l.b] = l.a;
+        }
+        self.uplink = Some(uplink);
+        b.fabric = Some(scn);
+    }
+
+    /// Whether the hosts run on a switched fabric.
+    pub fn switched(&self) -> bool {
+        self.uplink.is_some()
+    }
+
+    /// The faults of host `h`'s link to its switch: the worst of its
+    /// links' towards every other host.
+    fn uplink_faults(&self, h: HostId, hosts: usize) -> roce_fabric::faults::Faults {
+        let mut f = roce_fabric::faults::Faults::default();
+        for to in (0..hosts).filter(|&to| to != h) {
+            let g = mesh_link(self.link_params(h, to)).faults;
+            f.jitter = f.jitter.max(g.jitter);
+            f.loss = f.loss.max(g.loss);
+            f.reorder = f.reorder.max(g.reorder);
+            f.reorder_delay = f.reorder_delay.max(g.reorder_delay);
+            f.duplicate = f.duplicate.max(g.duplicate);
+            f.corrupt = f.corrupt.max(g.corrupt);
+        }
+        f
+    }
+
+    /// Data frames anywhere in the fabric (NIC or switch queues, links).
+    pub fn frames_in_fabric(&self) -> usize {
+        match &self.hosts {
+            Hosts::Building(_) => 0,
+            Hosts::Running(m) => m.frames_in_fabric(),
+        }
+    }
+
+    /// The deadlock the fabric's check found (a cycle of paused queues).
+    pub fn deadlock(&self) -> Option<String> {
+        match &self.hosts {
+            Hosts::Building(_) => None,
+            Hosts::Running(m) => m.deadlock().map(|e| format!("{e:?}")),
         }
     }
 
@@ -237,11 +322,17 @@ impl Network {
         b.engines.len() - 1
     }
 
-    /// Sets the parameters of the one-way link `from -> to`.
+    /// Sets the parameters of the one-way link `from -> to` (on a
+    /// switched fabric: its faults count towards `from`'s link).
     pub fn set_link(&mut self, from: HostId, to: HostId, params: LinkParams) {
         self.links.insert((from, to), params);
+        let n = self.host_count();
+        let faults = self.uplink.as_ref().map(|u| (u[from], self.uplink_faults(from, n)));
         if let Hosts::Running(m) = &mut self.hosts {
-            m.set_link(from, to, mesh_link(params));
+            match faults {
+                None => m.set_link(from, to, mesh_link(params)),
+                Some((sw, f)) => m.set_faults(from, sw, f).unwrap_or_else(|e| panic!("the network: {e}")),
+            }
         }
     }
 
@@ -280,9 +371,27 @@ impl Network {
         if let Hosts::Building(b) = &mut self.hosts {
             let (engines, wire, rng) =
                 (std::mem::take(&mut b.engines), std::mem::take(&mut b.wire), b.rng.clone());
-            let (links, default) = (&self.links, self.default_link);
-            let link = |a, b| mesh_link(links.get(&(a, b)).copied().unwrap_or(default));
-            let mesh = Mesh::new(engines, link, rng, wire).unwrap_or_else(|e| panic!("the network: {e}"));
+            let mesh = match b.fabric.take() {
+                None => {
+                    let (links, default) = (&self.links, self.default_link);
+                    let link = |a, b| mesh_link(links.get(&(a, b)).copied().unwrap_or(default));
+                    Mesh::new(engines, link, rng, wire)
+                }
+                Some(scn) => {
+                    let n = engines.len();
+                    let faults: Vec<_> = (0..n).map(|h| self.uplink_faults(h, n)).collect();
+                    Mesh::on_fabric(scn, engines.into_iter().enumerate().collect(), rng, wire).and_then(
+                        |mut m| {
+                            let up = self.uplink.as_ref().expect("a fabric has uplinks");
+                            for (h, f) in faults.into_iter().enumerate() {
+                                m.set_faults(h, up[h], f)?;
+                            }
+                            Ok(m)
+                        },
+                    )
+                }
+            };
+            let mesh = mesh.unwrap_or_else(|e| panic!("the network: {e}"));
             self.hosts = Hosts::Running(Box::new(mesh));
         }
         match &mut self.hosts {
@@ -330,11 +439,15 @@ impl Network {
     }
 
     pub fn stats(&self) -> NetStats {
-        let events = match &self.hosts {
-            Hosts::Building(_) => 0,
-            Hosts::Running(m) => m.events(),
+        let (events, ce_marked, switch_drops, pfc_pauses) = match &self.hosts {
+            Hosts::Building(_) => (0, 0, 0, 0),
+            Hosts::Running(m) => {
+                let c = m.counters();
+                let drops = c.dropped_buffer + c.dropped_watchdog + c.dropped_nic_rx;
+                (m.events(), c.ecn_marked, drops, c.pfc_pause_sent)
+            }
         };
-        NetStats { events, ..self.wire().stats }
+        NetStats { events, ce_marked, switch_drops, pfc_pauses, ..self.wire().stats }
     }
 
     pub fn trace(&self) -> &Trace {

@@ -184,11 +184,9 @@ impl Gen<'_> {
         }
         // The ACK timeout must cover a round trip with reordering delays and
         // the serialisation of a full send window.
-        let need = 8 * worst.0 + if rated { 1_000 * US } else { 0 } + 100 * US;
-        self.timeout_min = (1..=20u8).find(|&c| 4096u64 << c >= need).unwrap_or(20);
+        self.timeout_min = safe_timeout(worst, if rated { 1_000 * US } else { 0 });
         let tight = 2 * worst.0 + 20 * US;
-        self.timeout_tight =
-            if rated { self.timeout_min } else { (1..=20u8).find(|&c| 4096u64 << c >= tight).unwrap_or(20) };
+        self.timeout_tight = if rated { self.timeout_min } else { timeout_code(tight) };
     }
 
     /// Two distinct hosts sharing an address family, and that family's
@@ -364,6 +362,20 @@ impl Timing {
 
 /// Splits `len` bytes into 1..=max_parts pieces (some may be empty); a
 /// zero length gives no piece or one empty piece.
+/// The smallest ACK timeout code whose timeout (4.096 us x 2^code, IBTA
+/// vol. 1 §9.7.6.1.3) lasts `ns` at least.
+pub(super) fn timeout_code(ns: u64) -> u8 {
+    (1..=20u8).find(|&c| 4096u64 << c >= ns).unwrap_or(20)
+}
+
+/// The ACK timeout code safe for links whose worst one-way time (delay,
+/// jitter, reordering delay) is `worst`: eight such round trips, plus
+/// `serialise` ns for a full send window to leave the slowest link (0 on
+/// links without a rate), plus 100 us.
+pub(super) fn safe_timeout(worst: Duration, serialise: u64) -> u8 {
+    timeout_code(8 * worst.0 + serialise + 100 * US)
+}
+
 pub(super) fn split(rng: &mut SimRng, len: u32, max_parts: u32) -> Vec<u32> {
     if len == 0 {
         return if rng.chance(0.5) { Vec::new() } else { vec![0] };

@@ -99,17 +99,33 @@ pub struct MixParams {
     /// Faulty seeds whose faults end while the workload still posts (the
     /// others' end after its last WR).
     pub early_heal: f64,
+    /// Seeds whose hosts run on a switched fabric (one or two switches)
+    /// instead of the mesh.
+    pub switched_runs: f64,
 }
 
 impl MixParams {
     /// The harness before the mix: the workload and its link faults only,
     /// to the end of the run (each seed then runs as it did then).
-    pub const NONE: MixParams =
-        MixParams { cc_runs: 0.0, crypto_runs: 0.0, blackout_runs: 0.0, heal: false, early_heal: 0.0 };
+    pub const NONE: MixParams = MixParams {
+        cc_runs: 0.0,
+        crypto_runs: 0.0,
+        blackout_runs: 0.0,
+        heal: false,
+        early_heal: 0.0,
+        switched_runs: 0.0,
+    };
 }
 
 impl Default for MixParams {
     fn default() -> Self {
-        MixParams { cc_runs: 0.4, crypto_runs: 0.3, blackout_runs: 0.3, heal: true, early_heal: 0.5 }
+        MixParams {
+            cc_runs: 0.4,
+            crypto_runs: 0.3,
+            blackout_runs: 0.3,
+            heal: true,
+            early_heal: 0.5,
+            switched_runs: 0.2,
+        }
     }
 }

@@ -5,9 +5,11 @@
 
 use std::net::IpAddr;
 
+use roce_fabric::mesh::switched_scenario;
+use roce_fabric::scenario::{EcnRule, Scenario, SwitchConfig, PS_PER_NS, PS_PER_US};
 use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 use roce_proto::config::CnpConfig;
-use roce_proto::{Access, Instant, PathMtu, QpCap, QpKeys, QpType, WcOpcode, WcStatus};
+use roce_proto::{Access, Duration, Instant, PathMtu, QpCap, QpKeys, QpType, WcOpcode, WcStatus};
 
 use crate::net::{HostId, LinkParams};
 
@@ -395,6 +397,78 @@ impl HostCc {
     }
 }
 
+/// The switched fabric a seed's hosts run on instead of the mesh
+/// (`roce_fabric::mesh::switched_scenario`): PFC on every priority, with
+/// the headroom what may still arrive after an XOFF needs, so no switch
+/// drops a frame (the harness's counters see only the hosts' own links; a
+/// drop inside a switch fails the run), and ECN marking with
+/// RED-like thresholds on each switch egress queue (DCQCN's CP, Annex
+/// A17.9.1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Switched {
+    /// Hosts on each switch, in host order: one switch (a star) or two.
+    pub split: Vec<usize>,
+    pub host_rate_bps: u64,
+    /// The link between the two switches (at most the host rate).
+    pub trunk_rate_bps: u64,
+    /// One-way delay of every link.
+    pub delay: Duration,
+    /// ECN: no mark below `kmin` bytes queued, probability rising to
+    /// `pmax` at `kmax`, every packet above.
+    pub kmin: u64,
+    pub kmax: u64,
+    pub pmax: f64,
+    /// Each switch's shared buffer: the HPCC artifact's 32 MiB (whose
+    /// PFC thresholds the harness's small workloads seldom reach) or a
+    /// small one, where a few frames queued at an ingress pause its peer
+    /// (the dynamic threshold is a share of what the buffer has free).
+    pub buffer_bytes: u64,
+    /// PFC headroom of each switch ingress, in round trips of its link
+    /// (`SwitchConfig::headroom_rtts`): enough for what may still arrive
+    /// once the switch sent XOFF (see `mix`).
+    pub headroom_rtts: f64,
+}
+
+impl Switched {
+    pub fn switches(&self) -> usize {
+        self.split.len()
+    }
+
+    /// The fabric: host `i` on node `i`, the switches after the hosts,
+    /// every priority lossless, one ECN rule for every port, the
+    /// deadlock check every 100 us.
+    pub fn scenario(&self) -> Scenario {
+        let switch = SwitchConfig {
+            buffer_bytes: self.buffer_bytes,
+            headroom_rtts: self.headroom_rtts,
+            lossless_mask: 0xff,
+            pfc_enabled: true,
+            ecn_enabled: true,
+            ecn: vec![EcnRule {
+                rate_bps: self.host_rate_bps,
+                kmin: self.kmin,
+                kmax: self.kmax,
+                pmax: self.pmax,
+            }],
+            ..SwitchConfig::hpcc()
+        };
+        let delay = self.delay.0 * PS_PER_NS;
+        let mut scn =
+            switched_scenario(&self.split, (self.host_rate_bps, delay), (self.trunk_rate_bps, delay), switch);
+        scn.deadlock_check_ps = 100 * PS_PER_US;
+        scn
+    }
+
+    /// The slowest link.
+    pub fn slowest_bps(&self) -> u64 {
+        if self.split.len() > 1 {
+            self.host_rate_bps.min(self.trunk_rate_bps)
+        } else {
+            self.host_rate_bps
+        }
+    }
+}
+
 /// A directed link that loses every packet in `[from, until)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Blackout {
@@ -426,6 +500,8 @@ pub struct Mix {
     /// Every posted WR must have completed, and the network be quiet, by
     /// then (without a heal phase: never, the run's time limit applies).
     pub deadline: Instant,
+    /// The switched fabric the hosts run on (`None`: the mesh).
+    pub fabric: Option<Switched>,
 }
 
 impl Mix {
