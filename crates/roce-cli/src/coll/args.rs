@@ -199,6 +199,10 @@ pub struct CollArgs {
     /// Cost model: per-step latency (us).
     #[arg(long = "model-alpha-us")]
     pub model_alpha_us: Option<f64>,
+    /// Cost model: CPU time of one rank's wake-up when ranks outnumber
+    /// cores (us).
+    #[arg(long = "model-wake-us")]
+    pub model_wake_us: Option<f64>,
     /// Cost model: per-rank bandwidth (GB/s).
     #[arg(long = "model-bw-gbs")]
     pub model_bw_gbs: Option<f64>,
@@ -313,6 +317,15 @@ impl CollArgs {
             chunk_bytes: (self.slot_bytes as usize - roce_coll::HEADER_BYTES) as f64,
             ..Params::default()
         };
+        // `--np`: every rank on this host's cores (the model's sharing
+        // terms). Every rank computes the same: one host.
+        if let Some(np) = self.np {
+            p.ranks_per_host = np;
+            p.host_cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        }
+        if let Some(w) = self.model_wake_us {
+            p.wake_ns = w * 1000.0;
+        }
         if let Some(a) = self.model_alpha_us {
             p.alpha_ns = a * 1000.0;
         }
