@@ -9,7 +9,7 @@
 #
 # Needs openmpi-bin, python3-mpi4py, python3-numpy (.ci/run installs them).
 #
-# Method. roce: `roce coll all-reduce --np N -z 1` (a barrier after each
+# Method. roce: `roce coll all-reduce --np N -z 3` (a barrier after each
 # call, not timed: every call starts together, as in the MPI script), float
 # sum, out of place; busbw from the out-of-place time (per call, averaged
 # over ranks), times 2(n-1)/n. MPI: the script's median over iterations of the max
@@ -47,8 +47,8 @@ echo "# write-bw ceiling (roce perf write-bw --loopback -s 65536)" >&2
 small_max=1M
 for np in $nps; do
     echo "# np=$np: roce coll all-reduce" >&2
-    "$roce" coll all-reduce --np "$np" -b "$min" -e "$small_max" -f 2 -n 40 -w 5 -z 1 >"$out/roce-$np-small.txt"
-    "$roce" coll all-reduce --np "$np" -b 2M -e "$max" -f 2 -n 5 -w 1 -z 1 --timeout 120 >"$out/roce-$np-large.txt"
+    "$roce" coll all-reduce --np "$np" -b "$min" -e "$small_max" -f 2 -n 40 -w 5 -z 3 >"$out/roce-$np-small.txt"
+    "$roce" coll all-reduce --np "$np" -b 2M -e "$max" -f 2 -n 5 -w 1 -z 3 --timeout 120 >"$out/roce-$np-large.txt"
     echo "# np=$np: Open MPI over TCP" >&2
     mpirun --allow-run-as-root --oversubscribe -np "$np" --mca btl tcp,self --mca btl_tcp_if_include lo \
         /usr/bin/python3 "$bench" -b "$min" -e "$max" -f 2 >"$out/mpi-$np.txt"

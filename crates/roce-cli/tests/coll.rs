@@ -187,6 +187,29 @@ fn header_and_per_iteration_columns() {
     assert!(out.ends_with("# Collective test concluded: all_reduce_perf\n"), "{out}");
 }
 
+/// nccl-tests' -m (calls per iteration) and -z 1..3 (blocking modes): the
+/// header says so, the rows are right.
+#[test]
+fn aggregated_iterations_and_blocking_modes() {
+    for (z, line) in [
+        ("1", "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n"),
+        ("2", "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n"),
+        (
+            "3",
+            "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n",
+        ),
+    ] {
+        let o = coll(
+            "all-reduce",
+            &["--np", "2", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-m", "4", "-z", z],
+        );
+        let out = ok(&o, "-m 4");
+        assert!(out.contains("iters: 3 agg iters: 4 validation: 1"), "{out}");
+        assert!(out.contains(line), "-z {z}: {out}");
+        assert_clean(&out, "-m 4", 3);
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -411,6 +434,8 @@ fn bad_arguments_are_refused() {
         vec!["all-gather", "--algo", "tree"],
         vec!["all-reduce", "--qps-per-peer", "0"],
         vec!["all-reduce", "--delay", "x"],
+        vec!["all-reduce", "-z", "4"],
+        vec!["all-reduce", "-m", "0"],
         vec!["reduce", "--np", "2", "-r", "5", "-b", "8", "-e", "8"],
     ] {
         let mut c = roce();

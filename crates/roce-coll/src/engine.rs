@@ -2,11 +2,13 @@
 //! [`Engine::start`] then [`Engine::progress`] until [`Poll::Done`].
 //!
 //! The executor runs a [`crate::schedule`] chunk by chunk. A send chunk is
-//! staged (header + payload copied into a staging slot) and written with
+//! staged (header + payload copied into a staging slot, in place:
+//! [`Transport::stage`]) and written with
 //! an immediate as soon as its dependencies are done and a slot of the
 //! peer is free on some channel (channels taken round-robin, so one
 //! transfer spreads over all the QPs to that peer). A received chunk is
-//! reduced (or copied) straight from the receive slot into the working
+//! reduced (or copied) straight from the receive slot
+//! ([`Transport::read_slot`]) into the working
 //! buffer as soon as its dependencies are done; then the slot is released
 //! to the sender with a credit. Messages from the same peer are matched by
 //! the index in their header, so channels may reorder freely.
@@ -575,7 +577,9 @@ impl Engine {
                         if slot >= l.slots {
                             return Err(bad(format!("data in slot {slot}, beyond the {} slots", l.slots)));
                         }
-                        let Some(h) = Header::read(t.slot(peer, channel, slot)) else {
+                        let h =
+                            slot_header(t, peer, channel, slot).map_err(|e| terr(&run.desc, run.seq, e))?;
+                        let Some(h) = h else {
                             return Err(bad(format!(
                                 "slot {slot} of channel {channel} holds no valid header"
                             )));
@@ -607,8 +611,11 @@ impl Engine {
     /// Validates a message of the current call and queues it.
     fn accept<T: Transport>(&mut self, t: &mut T, peer: usize, ch: usize, slot: usize) -> Result<(), Error> {
         let run = self.run.as_mut().unwrap();
-        let h = Header::read(t.slot(peer, ch, slot)).expect("validated on arrival");
         let (op, seq) = (run.desc.op, run.seq);
+        let h = slot_header(t, peer, ch, slot).map_err(|e| terr(&run.desc, seq, e))?;
+        let Some(h) = h else {
+            return Err(Error::Protocol { op, seq, peer, detail: format!("slot {slot} lost its header") });
+        };
         if let Some((field, ours, theirs)) = run.header.mismatch(&h) {
             return Err(Error::Mismatch { op, seq, peer, field, ours, theirs });
         }
@@ -654,13 +661,18 @@ impl Engine {
                     i += 1;
                     continue;
                 }
-                let data = &t.slot(peer, a.ch, a.slot)[HEADER_BYTES..HEADER_BYTES + (hi - lo) * es];
                 let dst = &mut work[lo * es..hi * es];
-                if xf.reduce {
-                    reduce::reduce(run.desc.dtype, run.desc.redop, dst, data);
-                } else {
-                    dst.copy_from_slice(data);
-                }
+                let (dtype, redop) = (run.desc.dtype, run.desc.redop);
+                // straight out of the receive slot: no copy before the reduce
+                t.read_slot(peer, a.ch, a.slot, &mut |b| {
+                    let data = &b[HEADER_BYTES..HEADER_BYTES + dst.len()];
+                    if xf.reduce {
+                        reduce::reduce(dtype, redop, dst, data);
+                    } else {
+                        dst.copy_from_slice(data);
+                    }
+                })
+                .map_err(|e| terr(&run.desc, run.seq, e))?;
                 run.xs[x].mark(c);
                 run.remaining -= 1;
                 run.recvq[peer].pending.swap_remove(i);
@@ -688,15 +700,19 @@ impl Engine {
                     break;
                 }
                 let Some((ch, slot)) = self.links[peer].take() else { break };
-                let buf = t.staging(peer, ch, slot);
                 let mut h = run.header;
                 h.msg = msg as u32;
                 h.step = xf.step;
                 h.elems = (hi - lo) as u32;
-                h.write(buf);
                 let from = if xf.from_src { src } else { work };
                 let len = (hi - lo) * es;
-                buf[HEADER_BYTES..HEADER_BYTES + len].copy_from_slice(&from[lo * es..hi * es]);
+                let payload = &from[lo * es..hi * es];
+                // straight into the staging slot the NIC sends from
+                t.stage(peer, ch, slot, &mut |buf| {
+                    h.write(buf);
+                    buf[HEADER_BYTES..HEADER_BYTES + len].copy_from_slice(payload);
+                })
+                .map_err(|e| terr(&run.desc, run.seq, e))?;
                 t.write(peer, ch, slot, HEADER_BYTES + len, Imm::data(run.seq, slot), slot as u64)
                     .map_err(|e| terr(&run.desc, run.seq, e))?;
                 run.xs[x].mark(c);
@@ -764,6 +780,18 @@ fn finish(run: &Run, n: usize, rank: usize, work: &mut [u8], user_recv: Option<&
             }
         }
     }
+}
+
+/// The header at the start of a receive slot (`None`: none valid).
+fn slot_header<T: Transport>(
+    t: &T,
+    peer: usize,
+    ch: usize,
+    slot: usize,
+) -> Result<Option<Header>, TransportError> {
+    let mut h = None;
+    t.read_slot(peer, ch, slot, &mut |b| h = Header::read(b))?;
+    Ok(h)
 }
 
 /// Elements `[lo, hi)` of chunk `c` of a transfer.

@@ -142,13 +142,27 @@ impl Transport for MemTransport {
         self.net.borrow().now
     }
 
-    fn staging(&mut self, peer: usize, channel: usize, slot: usize) -> &mut [u8] {
+    fn stage(
+        &mut self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
         let r = self.range(channel, slot);
-        &mut self.staging[peer][r]
+        f(&mut self.staging[peer][r]);
+        Ok(())
     }
 
-    fn slot(&self, peer: usize, channel: usize, slot: usize) -> &[u8] {
-        &self.recv[peer][self.range(channel, slot)]
+    fn read_slot(
+        &self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TransportError> {
+        f(&self.recv[peer][self.range(channel, slot)]);
+        Ok(())
     }
 
     fn write(

@@ -110,14 +110,38 @@ pub trait Transport {
     /// (deadlines); the simulator gives its simulated time.
     fn now_ns(&self) -> u64;
 
-    /// The staging slot `(peer, channel, slot)`, `slot_bytes` long: the
-    /// algorithm fills it before [`Transport::write`].
-    fn staging(&mut self, peer: usize, channel: usize, slot: usize) -> &mut [u8];
+    /// Lends the staging slot `(peer, channel, slot)`, `slot_bytes` long,
+    /// to `f`, which fills it before [`Transport::write`]. The algorithm
+    /// calls it only for a slot whose last write has completed (a `Sent`
+    /// came back): from its post to that completion the NIC reads it.
+    ///
+    /// A closure, not a returned slice: a transport over registered
+    /// memory lends the region's bytes in place only while the NIC is
+    /// kept off them (the `roce` transport holds the device's lock while
+    /// `f` runs, `roce::Mr::with_bytes_mut`), so nothing is copied twice.
+    /// (Changed from `staging(..) -> &mut [u8]`, which forced the `roce`
+    /// transport to keep host copies of every slot.)
+    fn stage(
+        &mut self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError>;
 
-    /// The receive slot `(peer, channel, slot)`, `slot_bytes` long, where
-    /// `peer` writes. Read only after an `Arrived` for it and before the
-    /// slot is released with a notify.
-    fn slot(&self, peer: usize, channel: usize, slot: usize) -> &[u8];
+    /// Lends the receive slot `(peer, channel, slot)`, `slot_bytes` long,
+    /// where `peer` writes, to `f` for reading. Called only after an
+    /// `Arrived` for it and before the slot is released with a notify (the
+    /// credit protocol: the peer writes it only between our notify and its
+    /// data's `Arrived`). (Changed from `slot(..) -> &[u8]`; see
+    /// [`Transport::stage`].)
+    fn read_slot(
+        &self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TransportError>;
 
     /// Posts an RDMA WRITE WITH IMMEDIATE of the first `len` bytes of the
     /// staging slot `(peer, channel, slot)` into `peer`'s receive slot

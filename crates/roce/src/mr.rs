@@ -21,6 +21,8 @@ pub struct Mr {
     pub(crate) pd: Pd,
     pub(crate) keys: MrKeys,
     pub(crate) buf: Arc<MemBuf>,
+    /// Where the region starts in `buf`.
+    pub(crate) buf_offset: usize,
 }
 
 /// Registration lives with the region it makes.
@@ -44,7 +46,7 @@ impl Pd {
     ) -> Result<Mr> {
         let spec = MrSpec { buf: buf.clone(), offset, length, iova, access };
         let keys = self.dev().with(|e| e.reg_mr(self.inner.id, spec))?;
-        Ok(Mr { pd: self.clone(), keys, buf })
+        Ok(Mr { pd: self.clone(), keys, buf, buf_offset: offset })
     }
 }
 
@@ -117,6 +119,45 @@ impl Mr {
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<()> {
         let mut core = self.pd.dev().shared().lock()?;
         Ok(core.engine.mr_write(self.keys.lkey, offset, src)?)
+    }
+
+    /// Lends bytes `[offset, offset + len)` of the region to `f` in place,
+    /// without a copy (a collective reduces straight out of a receive slot
+    /// and stages straight into a send slot), and returns what `f` returns.
+    ///
+    /// Sound for the reasons given at [`Mr::read`]: `f` runs while this
+    /// thread holds the device's lock, and the NIC (the engine) touches
+    /// registered memory only under that lock, so no access of the NIC to
+    /// these bytes can overlap `f`'s. Every other safe way to the bytes
+    /// ([`Mr::read`], [`Mr::write`], [`Mr::fill`], this method on any region
+    /// of the same buffer, which can only belong to this device) takes the
+    /// same lock; the unsafe ones (`MemBuf::read`, raw pointers) carry the
+    /// promise that nothing conflicting runs. So the slice is the only
+    /// access to those bytes while it lives. The range is checked against
+    /// the region (and the region against the buffer) before the slice is
+    /// formed. `f` must not call into this device (it would wait for the
+    /// lock it holds: a deadlock, never a data race), and it holds up the
+    /// driver thread while it runs, so keep it short (a slot, not a buffer).
+    pub fn with_bytes_mut<R>(&self, offset: usize, len: usize, f: impl FnOnce(&mut [u8]) -> R) -> Result<R> {
+        let outside = || VerbsError::OutsideRegion { offset, len, size: self.len() };
+        let end = offset.checked_add(len).filter(|&e| e <= self.len()).ok_or_else(outside)?;
+        let start = self.buf_offset.checked_add(offset).ok_or_else(outside)?;
+        if self.buf_offset.checked_add(end).is_none_or(|e| e > self.buf.len()) {
+            return Err(outside().into());
+        }
+        let _core = self.pd.dev().shared().lock()?;
+        // SAFETY: `[start, start + len)` lies inside the buffer (checked
+        // above), which lives as long as `self.buf`. The device's lock is
+        // held until the slice is gone (`_core` outlives `f`'s call), so
+        // neither the engine nor another safe accessor touches these bytes
+        // meanwhile (see the doc comment): the `&mut` is unique.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr().add(start), len) };
+        Ok(f(bytes))
+    }
+
+    /// [`Mr::with_bytes_mut`] for reading.
+    pub fn with_bytes<R>(&self, offset: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        self.with_bytes_mut(offset, len, |b| f(b))
     }
 
     /// Sets bytes `[offset, offset + n)` of the region to `byte`; see

@@ -2,7 +2,8 @@
 //! WRITE (perftest's write-latency loop) sees it land, with the driver
 //! thread receiving or with the waiting call driving a busy-poll device
 //! itself; a byte that never comes is a timeout, and an offset outside the
-//! region an error.
+//! region an error. `Mr::with_bytes(_mut)` lends the region's bytes in
+//! place.
 
 use std::time::Duration;
 
@@ -62,4 +63,34 @@ fn a_byte_that_never_comes_is_a_timeout_and_a_bad_offset_an_error() {
     assert!(!y.mr.wait_byte(10, 2, Duration::from_millis(20)).unwrap());
     assert!(y.mr.wait_byte(10, 1, Duration::ZERO).unwrap(), "already there: no wait needed");
     assert!(y.mr.wait_byte(y.mr.len(), 0, Duration::from_millis(1)).is_err());
+}
+
+/// `Mr::with_bytes_mut` / `with_bytes`: staged bytes go out in a WRITE
+/// without a copy into the region, the peer's WRITE is read in place, and a
+/// range outside the region is an error, never a slice.
+#[test]
+fn bytes_in_place_are_the_regions_bytes() {
+    let (x, y) = UdpPair::new(SideOptions::default()).open();
+    let n = x.mr.with_bytes_mut(100, 8, |b| {
+        b.copy_from_slice(b"in place");
+        b.len()
+    });
+    assert_eq!(n.unwrap(), 8);
+    let wr = SendWr::new(
+        1,
+        SendOp::Write { remote_addr: y.mr.addr() + 200, rkey: y.mr.rkey() },
+        vec![x.mr.sge(100, 8)],
+    );
+    x.qp.post_send(wr).unwrap();
+    let mut wc = [WC_ZERO];
+    assert_eq!(x.cq.wait(&mut wc, Duration::from_secs(10)).unwrap(), 1);
+    assert_eq!(wc[0].status, WcStatus::Success, "{:?}", wc[0]);
+    assert_eq!(y.mr.with_bytes(200, 8, |b| b.to_vec()).unwrap(), b"in place");
+    let mut copy = [0u8; 8];
+    y.mr.read(200, &mut copy).unwrap();
+    assert_eq!(&copy, b"in place");
+    let len = y.mr.len();
+    assert!(y.mr.with_bytes(len - 4, 8, |_| ()).is_err(), "past the end");
+    assert!(y.mr.with_bytes(usize::MAX, 2, |_| ()).is_err(), "overflowing");
+    assert_eq!(y.mr.with_bytes(len, 0, |b| b.len()).unwrap(), 0);
 }

@@ -1,5 +1,5 @@
-//! The flags of `roce coll`: nccl-tests' (`-b -e -f -i -n -w -c -d -o -r
-//! -z -a -I -K -J`, same meanings and defaults) and the transport's.
+//! The flags of `roce coll`: nccl-tests' (`-b -e -f -i -n -m -w -c -d -o
+//! -r -z -a -I -K -J`, same meanings and defaults) and the transport's.
 
 use clap::{Args, Subcommand};
 use roce_coll::cost::Params;
@@ -129,9 +129,19 @@ pub struct CollArgs {
     /// Root of broadcast and reduce.
     #[arg(short = 'r', long = "root", default_value_t = 0)]
     pub root: usize,
-    /// 0: iterations back to back; 1: a barrier after each (not timed).
+    /// nccl-tests' blocking modes. Every call here returns when it is
+    /// complete on this rank (a CPU collective has no stream to wait on),
+    /// so "wait" is always done. 0: calls back to back, time = elapsed /
+    /// calls; 1: a barrier after each call (-m inner iteration), timed (the
+    /// time includes the barriers); 2: no barrier (as 0); 3: a barrier
+    /// after each outer iteration (-n, after its -m calls), not timed.
     #[arg(short = 'z', long = "blocking", default_value_t = 0)]
     pub blocking: u32,
+    /// Calls per timed iteration (nccl-tests' aggregated iterations: its
+    /// `-m` groups them in one NCCL group; here they run back to back).
+    /// The time reported is per call: elapsed / (iters x agg iters).
+    #[arg(short = 'm', long = "agg_iters", default_value_t = 1)]
+    pub agg_iters: usize,
     /// Time reported: 0 rank 0's, 1 the average over ranks, 2 the minimum, 3 the maximum.
     #[arg(short = 'a', long = "average", default_value_t = 1)]
     pub average: u32,
@@ -152,14 +162,21 @@ pub struct CollArgs {
     /// Print the cost model's table for the sweep and the pick, then run.
     #[arg(long)]
     pub explain: bool,
-    /// QPs per peer, each on its own UDP source port.
-    #[arg(long, default_value_t = 2)]
+    /// QPs per peer, each on its own UDP source port (and its own device
+    /// and driver thread). 1 by default: on one host more QPs only add
+    /// threads competing for the cores (np = 2, 64 KiB: 165 us with 1,
+    /// 268 us with 2); across a fabric with ECMP, more spread the load.
+    #[arg(long, default_value_t = 1)]
     pub qps_per_peer: usize,
     /// Receive slots per peer and QP.
     #[arg(long, default_value_t = 4)]
     pub slots: usize,
-    /// Bytes per slot (the largest message; a multiple of 64).
-    #[arg(long = "slot-size", default_value = "64K", value_parser = parse_bytes)]
+    /// Bytes per slot (the largest message; a multiple of 64). 1 MiB by
+    /// default: fewer, larger WRITEs cost fewer completions, credits and
+    /// wake-ups (np = 2, 16 MiB all-reduce: 19 ms with 4 x 1 MiB slots
+    /// against 44 ms with 4 x 256 KiB); the region is ranks x slots x
+    /// slot size per rank, twice (receive and staging).
+    #[arg(long = "slot-size", default_value = "1M", value_parser = parse_bytes)]
     pub slot_bytes: u64,
     /// A call fails when nothing arrives for it this long (s); a rank
     /// silent for half of it is declared lost.
@@ -182,6 +199,10 @@ pub struct CollArgs {
     /// Cost model: per-step latency (us).
     #[arg(long = "model-alpha-us")]
     pub model_alpha_us: Option<f64>,
+    /// Cost model: CPU time of one rank's wake-up when ranks outnumber
+    /// cores (us).
+    #[arg(long = "model-wake-us")]
+    pub model_wake_us: Option<f64>,
     /// Cost model: per-rank bandwidth (GB/s).
     #[arg(long = "model-bw-gbs")]
     pub model_bw_gbs: Option<f64>,
@@ -221,8 +242,11 @@ impl CollArgs {
         if self.iters == 0 {
             return Err(Error("-n must be at least 1".into()));
         }
-        if self.average > 3 || self.blocking > 1 || self.per_iter > 1 {
-            return Err(Error("-a is 0..3, -z 0 or 1, -I 0 or 1".into()));
+        if self.average > 3 || self.blocking > 3 || self.per_iter > 1 {
+            return Err(Error("-a is 0..3, -z 0..3, -I 0 or 1".into()));
+        }
+        if self.agg_iters == 0 || self.agg_iters > 1 << 20 {
+            return Err(Error("-m is 1 to 1048576".into()));
         }
         if self.np == Some(0) || self.np.is_some_and(|n| n > 256) {
             return Err(Error("--np is 1 to 256".into()));
@@ -293,6 +317,15 @@ impl CollArgs {
             chunk_bytes: (self.slot_bytes as usize - roce_coll::HEADER_BYTES) as f64,
             ..Params::default()
         };
+        // `--np`: every rank on this host's cores (the model's sharing
+        // terms). Every rank computes the same: one host.
+        if let Some(np) = self.np {
+            p.ranks_per_host = np;
+            p.host_cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        }
+        if let Some(w) = self.model_wake_us {
+            p.wake_ns = w * 1000.0;
+        }
         if let Some(a) = self.model_alpha_us {
             p.alpha_ns = a * 1000.0;
         }
@@ -305,13 +338,14 @@ impl CollArgs {
     /// What every rank must agree on, as text (compared at start).
     pub fn signature(&self, op: OpKind) -> String {
         format!(
-            "{op} -b {} -e {} -i {} -f {:?} -n {} -w {} -c {} -d {} -o {} -r {} -z {} -I {} --algo {} \
+            "{op} -b {} -e {} -i {} -f {:?} -n {} -m {} -w {} -c {} -d {} -o {} -r {} -z {} -I {} --algo {} \
              --qps-per-peer {} --slots {} --slot-size {}",
             self.min_bytes,
             self.max_bytes,
             self.step_bytes,
             self.step_factor,
             self.iters,
+            self.agg_iters,
             self.warmup,
             self.check,
             self.dtype,

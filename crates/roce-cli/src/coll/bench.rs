@@ -1,9 +1,10 @@
 //! One rank's sweep: for every type, reduction and size, an out-of-place
 //! and an in-place measurement, each: a checked call (`-c`), the warm-up,
-//! a barrier, then `-n` calls back to back (nccl-tests' timing: time =
-//! elapsed / iters on each rank, then averaged over ranks, `-a`). Each
-//! call is also timed alone; `-I` reports, per iteration, the maximum over
-//! ranks. Results travel to rank 0 through the store, outside the timed
+//! a barrier, then `-n` iterations of `-m` calls back to back (nccl-tests'
+//! timing: time = elapsed / (iters x agg iters) on each rank, then averaged
+//! over ranks, `-a`; `-z 1` adds a timed barrier after each call, `-z 3` an
+//! untimed one after each iteration). Each iteration is also timed alone
+//! (per call); `-I` reports, per iteration, the maximum over ranks. Results travel to rank 0 through the store, outside the timed
 //! loop, and rank 0 prints.
 
 use std::io::Write;
@@ -111,26 +112,32 @@ fn measure(
         call(comm, &send, &mut recv, &mut buf)?;
     }
     comm.barrier()?;
+    let agg = a.agg_iters;
     let mut per_iter_us = Vec::with_capacity(a.iters);
-    let mut busy = 0.0;
+    // -z 3: the barrier after each outer iteration is not the operation's
+    // time (nccl-tests: "time excludes barrier").
+    let mut excluded = 0.0;
     let start = Instant::now();
     for _ in 0..a.iters {
         if let Some(d) = delay {
             std::thread::sleep(std::time::Duration::from_secs_f64(d));
         }
         let t = Instant::now();
-        call(comm, &send, &mut recv, &mut buf)?;
-        let dt = t.elapsed().as_secs_f64() * 1e6;
-        per_iter_us.push(dt);
-        busy += dt;
-        if a.blocking == 1 {
+        for _ in 0..agg {
+            call(comm, &send, &mut recv, &mut buf)?;
+            if a.blocking == 1 {
+                comm.barrier()?;
+            }
+        }
+        per_iter_us.push(t.elapsed().as_secs_f64() * 1e6 / agg as f64);
+        if a.blocking == 3 {
+            let b = Instant::now();
             comm.barrier()?;
+            excluded += b.elapsed().as_secs_f64() * 1e6;
         }
     }
-    let elapsed = start.elapsed().as_secs_f64() * 1e6;
-    // -z 1: the barriers are not the operation's time.
-    let total = if a.blocking == 1 { busy } else { elapsed };
-    Ok(Half { time_us: total / a.iters as f64, per_iter_us, wrong })
+    let total = start.elapsed().as_secs_f64() * 1e6 - excluded;
+    Ok(Half { time_us: total / (a.iters * agg) as f64, per_iter_us, wrong })
 }
 
 fn hostname() -> String {
@@ -174,16 +181,22 @@ pub fn run(comm: &mut Communicator, op: OpKind, a: &CollArgs, p: &Placement) -> 
             None => (a.step_bytes, "bytes"),
         };
         let mut h = format!(
-            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step}({kind}) warmup iters: {} iters: {} agg iters: 1 \
+            "# nThread 1 nGpus 1 minBytes {} maxBytes {} step: {step}({kind}) warmup iters: {} iters: {} agg iters: {} \
              validation: {} graph: 0\n",
             a.min_bytes,
             a.max_bytes,
             a.warmup,
             a.iters,
+            a.agg_iters,
             a.check.min(1)
         );
-        if a.blocking == 1 {
-            h += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n";
+        match a.blocking {
+            1 => h += "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n",
+            2 => h += "# Blocking Enabled: wait after each inner iteration (-m), no barrier \n",
+            3 => {
+                h += "# Blocking Enabled: wait and barrier after each outer iteration (-n); time excludes barrier \n"
+            }
+            _ => {}
         }
         if per_iter {
             h += "# Per-Iteration Report: wall-clock timing of each call; i_* uses max over process rows";

@@ -25,12 +25,17 @@ pub fn table(op: OpKind, n: usize, sizes: &[u64], a: &CollArgs) -> Result<String
     let algos = Algo::candidates(op);
     let mut s = format!(
         "# Cost model: {op} on {n} ranks, alpha {:.1} us per step, link {:.3} GB/s, reduce {:.2} GB/s, chunk {} B;\n\
+         # {} ranks per host on {} cores (0: a core per rank), wake-up {:.1} us;\n\
          # predicted time (us) per algorithm, and the pick of --algo auto:\n#\n# explain {:>10}",
         p.alpha_ns / 1e3,
         p.link_bytes_per_s / 1e9,
         p.reduce_bytes_per_s / 1e9,
-        p.chunk_bytes
-    , "size(B)");
+        p.chunk_bytes,
+        p.ranks_per_host,
+        p.host_cores,
+        p.wake_ns / 1e3,
+        "size(B)"
+    );
     for al in &algos {
         s += &format!(" {:>19}", al.name());
     }

@@ -11,14 +11,16 @@
 //!
 //! **Memory.** A registered region belongs to one device, so each channel
 //! registers its own receive region and staging region, `n - 1` peers x
-//! `slots` slots of `slot_bytes`. Registered memory is only touched
-//! through `Mr::read`/`Mr::write` (under the device lock, the NIC's
-//! contract, no `unsafe`), so the slices the algorithms see
-//! ([`Transport::staging`], [`Transport::slot`]) are host copies: a
-//! staging slot is copied into the region when it is written, a receive
-//! slot out of it when its data arrives (the slot index is read from the
-//! immediate, [`crate::header`]'s encoding). One copy each way, which the
-//! algorithms' own reduce needs to read anyway.
+//! `slots` slots of `slot_bytes`. The algorithms reach the slots in place,
+//! with no host copy: [`Transport::stage`] and [`Transport::read_slot`]
+//! lend a slot's bytes through `roce::Mr::with_bytes_mut` / `with_bytes`,
+//! which hold the device's lock while the algorithm fills the slot (header
+//! and payload copied from the user's buffer) or reduces out of it, so the
+//! NIC is kept off those bytes meanwhile (no `unsafe` here; the argument
+//! is `roce`'s). The credit protocol decides when the bytes mean
+//! something: a receive slot holds a message from its data's `Arrived`
+//! until our notify releases it, a staging slot may be refilled once its
+//! write's `Sent` came back.
 //!
 //! **Waiting.** [`RoceTransport::wait`] spins on the CQs with
 //! `Cq::poll_or_drive` (the spinning thread drives the sockets while its
@@ -131,10 +133,6 @@ pub struct RoceTransport {
     world: usize,
     cfg: NetConfig,
     chans: Vec<Channel>,
-    /// Host copies of the staging and receive slots, laid out as
-    /// [`Layout::offset`] says.
-    staging: Vec<u8>,
-    recv: Vec<u8>,
     /// Completions taken from the CQs while waiting, not yet handed out.
     stash: Vec<(usize, Wc)>,
     wcs: Vec<Wc>,
@@ -256,12 +254,9 @@ impl RoceTransport {
         }
         // Every QP is connected before anyone writes.
         rdv.all_gather(&[])?;
-        let region = l.region_bytes(world);
         Ok(RoceTransport {
             rank,
             world,
-            staging: vec![0; region],
-            recv: vec![0; region],
             stash: Vec::new(),
             wcs: vec![WC_ZERO; 64],
             waker: Waker::from(Arc::new(Unpark(thread::current()))),
@@ -406,28 +401,30 @@ impl RoceTransport {
                     .post_recv(RecvWr { wr_id: RECV_ID, sg_list: vec![] })
                     .map_err(|e| TransportError::new(Some(peer), format!("reposting a receive: {e}")))?;
                 let len = wc.byte_len as usize;
-                if len > 0 {
-                    let l = self.cfg.layout;
-                    let slot = match Imm::parse(wc.imm_data) {
-                        Imm::Data { slot, .. } if slot < l.slots && len <= l.slot_bytes => slot,
-                        _ => {
-                            return Err(TransportError::new(
-                                Some(peer),
-                                format!("{len} bytes with immediate {:#x}: no such slot", wc.imm_data),
-                            ))
-                        }
-                    };
-                    let from = self.chan_offset(peer, slot);
-                    let to = l.offset(self.peer_index(peer), c, slot);
-                    self.chans[c].recv_mr.read(from, &mut self.recv[to..to + len]).map_err(|e| {
-                        TransportError::new(Some(peer), format!("reading a receive slot: {e}"))
-                    })?;
+                let l = self.cfg.layout;
+                if len > 0
+                    && !matches!(Imm::parse(wc.imm_data), Imm::Data { slot, .. } if slot < l.slots && len <= l.slot_bytes)
+                {
+                    return Err(TransportError::new(
+                        Some(peer),
+                        format!("{len} bytes with immediate {:#x}: no such slot", wc.imm_data),
+                    ));
                 }
                 out.push(Completion::Arrived { peer, channel: c, imm: wc.imm_data });
             }
             _ => {}
         }
         Ok(())
+    }
+
+    /// Where slot `(peer, channel, slot)` lies in its channel's regions.
+    fn slot_range(&self, peer: usize, channel: usize, slot: usize) -> Result<(usize, usize), TransportError> {
+        let l = self.cfg.layout;
+        self.link(peer, channel)?;
+        if slot >= l.slots {
+            return Err(TransportError::new(Some(peer), format!("slot {slot}: there are {}", l.slots)));
+        }
+        Ok((self.chan_offset(peer, slot), l.slot_bytes))
     }
 
     fn link(&self, peer: usize, channel: usize) -> Result<&Link, TransportError> {
@@ -442,16 +439,30 @@ impl Transport for RoceTransport {
         self.origin.elapsed().as_nanos() as u64
     }
 
-    fn staging(&mut self, peer: usize, channel: usize, slot: usize) -> &mut [u8] {
-        let l = self.cfg.layout;
-        let at = l.offset(self.peer_index(peer), channel, slot);
-        &mut self.staging[at..at + l.slot_bytes]
+    fn stage(
+        &mut self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&mut [u8]),
+    ) -> Result<(), TransportError> {
+        let (at, len) = self.slot_range(peer, channel, slot)?;
+        self.chans[channel].staging_mr.with_bytes_mut(at, len, f).map_err(|e| {
+            TransportError::new(Some(peer), format!("filling staging slot {slot} of channel {channel}: {e}"))
+        })
     }
 
-    fn slot(&self, peer: usize, channel: usize, slot: usize) -> &[u8] {
-        let l = self.cfg.layout;
-        let at = l.offset(self.peer_index(peer), channel, slot);
-        &self.recv[at..at + l.slot_bytes]
+    fn read_slot(
+        &self,
+        peer: usize,
+        channel: usize,
+        slot: usize,
+        f: &mut dyn FnMut(&[u8]),
+    ) -> Result<(), TransportError> {
+        let (at, len) = self.slot_range(peer, channel, slot)?;
+        self.chans[channel].recv_mr.with_bytes(at, len, f).map_err(|e| {
+            TransportError::new(Some(peer), format!("reading receive slot {slot} of channel {channel}: {e}"))
+        })
     }
 
     fn write(
@@ -467,16 +478,12 @@ impl Transport for RoceTransport {
         if slot >= l.slots || len > l.slot_bytes || token >= RECV_ID {
             return Err(TransportError::new(Some(peer), format!("write of {len} B to slot {slot}")));
         }
-        let from = l.offset(self.peer_index(peer), channel, slot);
         let at = self.chan_offset(peer, slot);
         let link = self.link(peer, channel)?;
         let ch = &self.chans[channel];
         let err = |e: roce::Error| {
             TransportError::new(Some(peer), format!("posting a WRITE on channel {channel}: {e}"))
         };
-        if len > 0 {
-            ch.staging_mr.write(at, &self.staging[from..from + len]).map_err(err)?;
-        }
         // The peer's slots for this rank start at `remote_addr`.
         let remote_addr = link.remote_addr + (slot * l.slot_bytes) as u64;
         let op = SendOp::WriteWithImm { remote_addr, rkey: link.remote_rkey, imm };

@@ -58,7 +58,7 @@ fn writes_and_notifies_arrive_on_every_channel() {
             for s in 0..4 {
                 let len = 100 + 1000 * s + c;
                 let fill = (t.rank() * 16 + c * 4 + s) as u8;
-                t.staging(peer, c, s)[..len].fill(fill);
+                t.stage(peer, c, s, &mut |b| b[..len].fill(fill)).unwrap();
                 t.write(peer, c, s, len, Imm::data(7, s), (c * 10 + s) as u64).unwrap();
                 tokens.push((c * 10 + s) as u64);
             }
@@ -83,8 +83,9 @@ fn writes_and_notifies_arrive_on_every_channel() {
                 let Imm::Data { slot, .. } = Imm::parse(imm) else { panic!("{imm:#x}") };
                 let len = 100 + 1000 * slot + channel;
                 let fill = (peer * 16 + channel * 4 + slot) as u8;
-                let b = t.slot(peer, channel, slot);
-                assert!(b[..len].iter().all(|&x| x == fill), "channel {channel} slot {slot}");
+                let mut ok = false;
+                t.read_slot(peer, channel, slot, &mut |b| ok = b[..len].iter().all(|&x| x == fill)).unwrap();
+                assert!(ok, "channel {channel} slot {slot}");
             }
         }
         for c in 0..2 {
@@ -121,7 +122,7 @@ fn every_peer_channel_and_slot_lands_in_its_place() {
             for c in 0..2 {
                 for s in 0..4 {
                     let fill = (me * 50 + p * 10 + c * 4 + s) as u8;
-                    t.staging(p, c, s)[..500].fill(fill);
+                    t.stage(p, c, s, &mut |b| b[..500].fill(fill)).unwrap();
                     t.write(p, c, s, 500, Imm::data(1, s), 0).unwrap();
                 }
             }
@@ -132,10 +133,9 @@ fn every_peer_channel_and_slot_lands_in_its_place() {
             if let Completion::Arrived { peer, channel, imm } = *comp {
                 let Imm::Data { slot, .. } = Imm::parse(imm) else { panic!("{imm:#x}") };
                 let fill = (peer * 50 + me * 10 + channel * 4 + slot) as u8;
-                assert!(
-                    t.slot(peer, channel, slot)[..500].iter().all(|&x| x == fill),
-                    "from {peer} {channel} {slot}"
-                );
+                let mut ok = false;
+                t.read_slot(peer, channel, slot, &mut |b| ok = b[..500].iter().all(|&x| x == fill)).unwrap();
+                assert!(ok, "from {peer} {channel} {slot}");
             }
         }
         collect(t, &mut got, |g| g.iter().filter(|c| matches!(c, Completion::Sent { .. })).count() == 16);
