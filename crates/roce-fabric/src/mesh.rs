@@ -302,6 +302,21 @@ impl<H: LinkHooks> Mesh<H> {
         self.sim.kick();
     }
 
+    /// [`Mesh::kick`] for one host: its NIC takes what its engine now has
+    /// to send and its timer is re-armed (after the client posted work on
+    /// that host only; cheaper than a kick of every host on a large
+    /// fabric).
+    pub fn kick_host(&mut self, h: NodeId) {
+        self.sim.kick_host(h);
+    }
+
+    /// The client's hosts whose engine took input (a datagram or a timer
+    /// fired) during the last [`Mesh::step`], each once: the only ones
+    /// whose completion queues can have new entries.
+    pub fn touched(&self) -> &[NodeId] {
+        &self.sim.touched
+    }
+
     pub fn hooks(&self) -> &H {
         &self.sim.hooks
     }

@@ -6,6 +6,7 @@
 //! roce sim baseline [BASELINE_DIR] [--out DIR] [--only NAME]... [--in-process]
 //! roce sim run SCENARIO.toml [--out DIR] [--seed N]
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
+//! roce sim coll [WORKLOAD.toml] [--seed N] [--usage]
 //! ```
 //!
 //! A run writes `fct.txt`, `pfc.txt` (the HPCC simulator's formats, see
@@ -19,6 +20,7 @@
 //! arguments or unreadable/malformed files.
 
 mod baseline;
+mod coll;
 mod progress;
 mod run;
 mod usage;
@@ -55,6 +57,9 @@ pub enum SimCommand {
     Baseline(baseline::BaselineArgs),
     /// Simulate a TOML scenario or a built-in one; writes plots too.
     Run(run::RunArgs),
+    /// Run collectives (all-reduce, ...) of a workload on the simulated
+    /// fabric, one rank per host; print nccl-tests' table.
+    Coll(coll::CollArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -135,6 +140,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
         SimCommand::Compare(args) => cmd_compare(args),
         SimCommand::Baseline(args) => baseline::cmd_baseline(args),
         SimCommand::Run(args) => run::cmd_run(args),
+        SimCommand::Coll(args) => coll::cmd_coll(args),
     };
     match result {
         Ok(code) => code,

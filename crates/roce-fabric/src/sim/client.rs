@@ -66,6 +66,19 @@ impl<H: LinkHooks> Sim<H> {
         self.push(at.max(self.now), Ev::Wake(token));
     }
 
+    /// One client host's ports start what they can and its engine's timer
+    /// is re-armed (after the client posted work on it alone).
+    pub(crate) fn kick_host(&mut self, node: NodeId) {
+        if self.hosts.get(node).is_none_or(|h| h.is_none()) {
+            return;
+        }
+        let ports = self.first_port[node]..self.first_port.get(node + 1).copied().unwrap_or(self.ports.len());
+        for p in ports {
+            self.start_tx(p);
+        }
+        self.arm_timer(node);
+    }
+
     /// Every host's ports start what they can and its engine's timer is
     /// re-armed (after a client posted work). Every host has a port.
     pub(crate) fn kick(&mut self) {
