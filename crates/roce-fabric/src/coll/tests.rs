@@ -121,3 +121,43 @@ fn bad_workloads_are_refused_with_the_key() {
     let w = wl("[topology]\nhosts = 4\n[[collective]]\nsize = 64\ndelay = [{ rank = 4, by = \"1us\" }]\n");
     assert!(matches!(run(&w, 0, None), Err(CollSimError::FaultRank { .. })));
 }
+
+/// The analytic check on small sizes (scripts/sim-coll-analytic.py has
+/// the full table): a ring all-reduce on an ideal fabric (one switch,
+/// lossless, no CC) takes 2(n-1)/n S/B + 2(n-1) alpha within 1%, alpha
+/// measured on a 1 KiB call, B the link's payload rate (64 KiB slot
+/// messages of 64 header bytes in 4096-byte packets of 86 bytes of
+/// headers, plus RETH and ImmDt once).
+#[test]
+fn a_ring_all_reduce_on_an_ideal_fabric_meets_the_analytic_model() {
+    let n = 4.0;
+    let w = wl(r#"
+[topology]
+kind = "switch"
+hosts = 4
+rate = "100G"
+delay = "1us"
+[fabric]
+pfc = true
+ecn = false
+cc = "none"
+mtu = 4096
+[[collective]]
+algo = "ring"
+sizes = ["1KiB", "8MiB"]
+iterations = 1
+in_place_only = true
+check = false
+"#);
+    let res = run(&w, 0, None).unwrap();
+    let slot = 65536.0;
+    let b = 100e9 / 8.0 * (slot - 64.0) / (slot + 86.0 * 16.0 + 20.0);
+    let steps = 2.0 * (n - 1.0);
+    let bw = |s: f64| 2.0 * (n - 1.0) / n * s / b;
+    let t = |i: usize| res.rows[i].in_place.time_us * 1e-6;
+    let alpha = (t(0) - bw(1024.0)) / steps;
+    assert!(alpha > 1e-6 && alpha < 5e-6, "alpha {alpha}");
+    let model = bw(8.0 * 1048576.0) + steps * alpha;
+    let err = (t(1) - model) / model;
+    assert!(err.abs() < 0.01, "measured {} us, model {} us", t(1) * 1e6, model * 1e6);
+}
