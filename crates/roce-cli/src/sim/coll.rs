@@ -34,6 +34,9 @@ pub struct CollArgs {
     /// Also print user CPU, max RSS and packet-hops per CPU-second.
     #[arg(long)]
     pub usage: bool,
+    /// Also print every iteration's time (the in-place half), per size.
+    #[arg(long)]
+    pub iterations: bool,
 }
 
 /// `roce coll`'s test data, as the check of the simulated runs.
@@ -75,6 +78,12 @@ pub fn cmd_coll(args: &CollArgs) -> Result<ExitCode, SimCliError> {
         hops += res.packet_hops;
         let (text, wrong) = render(&w, &res);
         print!("{text}");
+        if args.iterations {
+            for row in &res.rows {
+                let t: Vec<String> = row.in_place.iter_us.iter().map(|x| format!("{x:.3}")).collect();
+                println!("# iterations (us): {}", t.join(" "));
+            }
+        }
         wrong_total += wrong;
     }
     if args.usage {
@@ -198,13 +207,15 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
     }
     out += "\n";
     out += &format!(
-        "# Simulated {:.3} ms: {} events, {} packet-hops, {} QPs, {} frames dropped, {} PFC pauses\n#\n",
+        "# Simulated {:.3} ms: {} events, {} packet-hops, {} QPs, {} frames dropped, {} PFC pauses, busiest switch link {} frames ({:.2}x the mean)\n#\n",
         r.end_ps as f64 / PS_PER_S as f64 * 1e3,
         r.events,
         r.packet_hops,
         r.qps,
         r.dropped,
-        r.pfc_pauses
+        r.pfc_pauses,
+        r.max_trunk_frames,
+        r.trunk_imbalance
     );
     (out, wrong)
 }

@@ -83,6 +83,11 @@ pub struct CollResult {
     pub events: u64,
     pub packet_hops: u64,
     pub qps: usize,
+    /// Over the one-way links between switches (none behind one switch):
+    /// the most frames one carried, and that over the mean (1.0: ECMP
+    /// spread the load perfectly).
+    pub max_trunk_frames: u64,
+    pub trunk_imbalance: f64,
     pub dropped: u64,
     pub pfc_pauses: u64,
 }
@@ -242,6 +247,7 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         let algo = colls[0].resolve(&desc);
         let checked = check.is_some()
             && spec.check.unwrap_or((desc.send_bytes(n) + desc.recv_bytes(n)) * n <= 256 << 20);
+        hosts.payload = checked;
         let mut halves = Vec::new();
         for in_place in [false, true] {
             if !in_place && spec.in_place_only {
@@ -263,8 +269,23 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         let in_place = halves.pop().expect("the in-place half");
         rows.push(SizeRow { bytes: shown * es, count: shown, algo, out_of_place: halves.pop(), in_place });
     }
+    let is_switch = |node: NodeId| {
+        hosts.rank_of_node.get(node).is_none_or(|&r| r == usize::MAX) && !host_nodes.contains(&node)
+    };
+    let trunks: Vec<u64> = hosts
+        .mesh
+        .link_frames()
+        .into_iter()
+        .filter(|&(a, b, _)| is_switch(a) && is_switch(b))
+        .map(|x| x.2)
+        .collect();
+    let max_trunk_frames = trunks.iter().copied().max().unwrap_or(0);
+    let mean = trunks.iter().sum::<u64>() as f64 / trunks.len().max(1) as f64;
+    let trunk_imbalance = if mean > 0.0 { max_trunk_frames as f64 / mean } else { 0.0 };
     let c = hosts.mesh.counters();
     Ok(CollResult {
+        max_trunk_frames,
+        trunk_imbalance,
         spec,
         ranks: n,
         topology,

@@ -161,3 +161,19 @@ check = false
     let err = (t(1) - model) / model;
     assert!(err.abs() < 0.01, "measured {} us, model {} us", t(1) * 1e6, model * 1e6);
 }
+
+#[test]
+fn a_nic_that_stops_draining_stretches_the_iteration_it_falls_in() {
+    let body = |stall: &str| {
+        format!(
+            "[topology]\nhosts = 4\n{stall}[[collective]]\nalgo = \"ring\"\nsize = \"256KiB\"\n\
+             iterations = 6\nin_place_only = true\ncheck = false\n"
+        )
+    };
+    let healthy = run(&wl(&body("")), 0, None).unwrap();
+    let stalled =
+        run(&wl(&body("[[nic_stall]]\nrank = 2\nat = \"100us\"\nfor = \"500us\"\n")), 0, None).unwrap();
+    let max = |r: &CollResult| r.rows[0].in_place.iter_us.iter().copied().fold(0.0, f64::max);
+    assert!(max(&stalled) > max(&healthy) + 400.0, "{} vs {}", max(&stalled), max(&healthy));
+    assert!(stalled.pfc_pauses > 0);
+}
