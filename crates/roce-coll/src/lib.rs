@@ -95,7 +95,7 @@ pub use comm::{CommConfig, CommError, Communicator, Element};
 pub use engine::{Buffers, Config, Engine, Poll};
 pub use error::{Error, TransportError, Waiting};
 pub use rendezvous::RendezvousConfig;
-pub use transport::{Completion, Layout, Transport};
+pub use transport::{data_slot, Completion, Layout, Transport};
 pub use types::ParseError;
 pub use types::{Algo, DataType, OpDesc, OpKind, RedOp};
 

@@ -166,3 +166,16 @@ pub trait Transport {
     /// Drives the underlying engine if it needs driving.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), TransportError>;
 }
+
+/// The receive slot a data write's immediate names, `None` for a credit
+/// (a zero-length notify). The algorithms choose the immediates; a
+/// transport that keeps host copies of its receive slots (the `roce`
+/// driver's, the fabric simulator's) reads the slot from it to copy the
+/// bytes that arrived. A small addition to the trait's contract for
+/// transports outside this crate: the encoding itself stays private.
+pub fn data_slot(imm: u32) -> Option<usize> {
+    match crate::header::Imm::parse(imm) {
+        crate::header::Imm::Data { slot, .. } => Some(slot),
+        crate::header::Imm::Credit { .. } => None,
+    }
+}

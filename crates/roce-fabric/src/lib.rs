@@ -11,6 +11,7 @@
 //! scenario's seed, so one seed gives one run, byte for byte.
 
 pub mod builtin;
+pub mod coll;
 pub mod compare;
 mod datagram;
 mod deadlock;
@@ -28,6 +29,7 @@ pub mod sim;
 pub mod summary;
 mod switch;
 pub mod toml_scenario;
+pub mod topo;
 
 pub use report::{Counters, Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
 pub use scenario::*;

@@ -138,7 +138,8 @@ impl<H: LinkHooks> Mesh<H> {
     /// engine at its GIDs; two at least, no address on two) on the
     /// topology of `scn`: its switches (shared buffer, PFC, ECN marking,
     /// as `scn.switch` and `scn.nic` set them), links (rates, delays,
-    /// faults) and routes, and its deadlock check every
+    /// faults), routes and timed events (link down/up, NIC stall/resume),
+    /// and its deadlock check every
     /// `scn.deadlock_check_ps` (see [`Mesh::deadlock`]). The scenario is
     /// validated as a file's would be ([`crate::scenario::validate`]) and
     /// has no flows of its own. Faults draw from `rng`.
@@ -196,6 +197,7 @@ impl<H: LinkHooks> Mesh<H> {
         }
         sim.set_addresses(addrs);
         sim.schedule_deadlock_checks();
+        sim.schedule_events();
         Ok(Mesh { sim, hosts: n, nodes, port })
     }
 
@@ -306,6 +308,26 @@ impl<H: LinkHooks> Mesh<H> {
     /// posted work.
     pub fn kick(&mut self) {
         self.sim.kick();
+    }
+
+    /// [`Mesh::kick`] for one host: its NIC takes what its engine now has
+    /// to send and its timer is re-armed (after the client posted work on
+    /// that host only; cheaper than a kick of every host on a large
+    /// fabric).
+    pub fn kick_host(&mut self, h: NodeId) {
+        self.sim.kick_host(h);
+    }
+
+    /// Per one-way link: (from node, to node, frames sent so far).
+    pub fn link_frames(&self) -> Vec<(NodeId, NodeId, u64)> {
+        self.sim.port_frames()
+    }
+
+    /// The client's hosts whose engine took input (a datagram or a timer
+    /// fired) during the last [`Mesh::step`], each once: the only ones
+    /// whose completion queues can have new entries.
+    pub fn touched(&self) -> &[NodeId] {
+        &self.sim.touched
     }
 
     pub fn hooks(&self) -> &H {

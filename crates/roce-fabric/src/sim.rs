@@ -39,6 +39,7 @@ use roce_proto::{Instant, Transmit, VerbsError, Wc};
 
 use flows::FlowState;
 use frame::{Hop, Slot};
+pub(crate) use nic::host_engine;
 use nic::Host;
 use port::Port;
 
@@ -151,6 +152,11 @@ pub(crate) struct Sim<H: LinkHooks = NoHooks> {
     addrs: HashMap<IpAddr, NodeId>,
     /// A client's wake-up tokens due at the time of the last step.
     pub(crate) wakes: Vec<u64>,
+    /// A client's hosts whose engine took input (a datagram or a timer)
+    /// during the last step, each once, in the order they did.
+    pub(crate) touched: Vec<NodeId>,
+    /// Per node: whether it is in `touched`.
+    touched_flag: Vec<bool>,
     /// (port, priority) pairs paused by their peer, over all ports.
     paused_queues: usize,
     now: Time,
@@ -341,6 +347,10 @@ impl<H: LinkHooks> Sim<H> {
     /// due then are in `wakes`.
     pub(crate) fn step(&mut self, until: Time, max_events: u64) -> StepEnd {
         self.wakes.clear();
+        for &n in &self.touched {
+            self.touched_flag[n] = false;
+        }
+        self.touched.clear();
         let Some(t) = self.heap.peek_time() else { return StepEnd::Idle };
         if t >= until {
             return StepEnd::TimeLimit;

@@ -137,7 +137,7 @@
 
 mod build;
 mod schema;
-mod units;
+pub(crate) mod units;
 mod write;
 
 use std::path::Path;

@@ -22,9 +22,9 @@ use roce_coll::{CommConfig, CommError, Communicator, Layout, OpKind, RendezvousC
 
 mod args;
 mod bench;
-mod data;
+pub(crate) mod data;
 mod explain;
-mod format;
+pub(crate) mod format;
 
 pub use args::{CollArgs, CollCommand};
 

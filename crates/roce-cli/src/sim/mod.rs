@@ -7,6 +7,7 @@
 //! roce sim run SCENARIO.toml [--out DIR] [--seed N]
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
 //! roce sim replay TRACE.parquet [--meta META.yaml] [--reference RESULT.json]
+//! roce sim coll [WORKLOAD.toml] [--seed N] [--usage]
 //! ```
 //!
 //! A run writes `fct.txt`, `pfc.txt` (the HPCC simulator's formats, see
@@ -20,6 +21,7 @@
 //! arguments or unreadable/malformed files.
 
 mod baseline;
+mod coll;
 mod progress;
 mod replay;
 mod run;
@@ -60,6 +62,9 @@ pub enum SimCommand {
     /// Replay a recorded training trace: the what-if straggler slowdown S
     /// and what a degraded link adds.
     Replay(replay::ReplayArgs),
+    /// Run collectives (all-reduce, ...) of a workload on the simulated
+    /// fabric, one rank per host; print nccl-tests' table.
+    Coll(coll::CollArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +148,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
         SimCommand::Baseline(args) => baseline::cmd_baseline(args),
         SimCommand::Run(args) => run::cmd_run(args),
         SimCommand::Replay(args) => replay::cmd_replay(args),
+        SimCommand::Coll(args) => coll::cmd_coll(args),
     };
     match result {
         Ok(code) => code,

@@ -105,6 +105,7 @@ impl<H: LinkHooks> Sim<H> {
             });
         }
         let seed = scn.seed;
+        let nnodes = scn.nodes.len();
         let (nflows, nlinks) = (scn.flows.len(), scn.links.len());
         Ok(Sim {
             scn,
@@ -112,6 +113,8 @@ impl<H: LinkHooks> Sim<H> {
             txs: Vec::new(),
             addrs: HashMap::new(),
             wakes: Vec::new(),
+            touched: Vec::new(),
+            touched_flag: vec![false; nnodes],
             paused_queues: 0,
             now: 0,
             heap: EventQueue::default(),

@@ -33,6 +33,15 @@ impl<H: LinkHooks> Sim<H> {
         }
     }
 
+    /// The scenario's timed events (link down/up, NIC stall/resume), as a
+    /// scenario's own run schedules them.
+    pub(crate) fn schedule_events(&mut self) {
+        let times: Vec<Time> = self.scn.events.iter().map(|e| e.at_ps).collect();
+        for (i, at) in times.into_iter().enumerate() {
+            self.push(at, Ev::Scripted(i as u32));
+        }
+    }
+
     /// The cycle of paused queues the deadlock check found, if it did.
     pub(crate) fn deadlock(&self) -> Option<&crate::report::Ending> {
         self.ending.as_ref().filter(|e| matches!(e, crate::report::Ending::Deadlock { .. }))
@@ -70,6 +79,25 @@ impl<H: LinkHooks> Sim<H> {
 
     pub(crate) fn schedule_wake(&mut self, at: Time, token: u64) {
         self.push(at.max(self.now), Ev::Wake(token));
+    }
+
+    /// Per port: its node, its peer's node and the frames it sent (all
+    /// priorities, data and control).
+    pub(crate) fn port_frames(&self) -> Vec<(NodeId, NodeId, u64)> {
+        self.ports.iter().map(|p| (p.node, self.ports[p.peer].node, p.sent.iter().sum())).collect()
+    }
+
+    /// One client host's ports start what they can and its engine's timer
+    /// is re-armed (after the client posted work on it alone).
+    pub(crate) fn kick_host(&mut self, node: NodeId) {
+        if self.hosts.get(node).is_none_or(|h| h.is_none()) {
+            return;
+        }
+        let ports = self.first_port[node]..self.first_port.get(node + 1).copied().unwrap_or(self.ports.len());
+        for p in ports {
+            self.start_tx(p);
+        }
+        self.arm_timer(node);
     }
 
     /// Every host's ports start what they can and its engine's timer is

@@ -92,7 +92,7 @@ fn cc_of(scn: &Scenario, rate: u64) -> Result<(CcAlgorithm, CnpConfig), FabricEr
 /// address ([`host_ip`]), the scenario's congestion control (DCQCN sends
 /// CNPs), ECN on, the NIC's send window and ACK requests; seeded from the
 /// scenario's seed and the node.
-pub(super) fn host_engine(scn: &Scenario, node: NodeId, rate: u64) -> Result<Engine, FabricError> {
+pub(crate) fn host_engine(scn: &Scenario, node: NodeId, rate: u64) -> Result<Engine, FabricError> {
     let ip = host_ip(node);
     let mut cfg = EngineConfig::new(vec![IpAddr::V4(Ipv4Addr::from(ip))]);
     let (cc, cnp) = cc_of(scn, rate)?;
@@ -317,6 +317,10 @@ impl<H: LinkHooks> Sim<H> {
     /// After the engine took input: reap completions, keep the flows
     /// posted, start the wire, re-arm the engine's timer.
     pub(super) fn host_after_input(&mut self, node: NodeId) {
+        if self.hosts[node].as_ref().is_some_and(|h| h.fl.is_none()) && !self.touched_flag[node] {
+            self.touched_flag[node] = true;
+            self.touched.push(node);
+        }
         self.reap(node);
         let p = self.hosts[node].as_ref().expect("host").port;
         self.start_tx(p);

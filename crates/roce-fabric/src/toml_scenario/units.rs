@@ -10,7 +10,7 @@ use crate::scenario::*;
 
 /// An integer or a string with a unit, as written in the file.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Qty {
+pub(crate) enum Qty {
     Int(u64),
     Text(String),
 }
@@ -133,7 +133,7 @@ pub(super) fn parse_with_units(text: &str, units: &[(&str, u128)], what: &str) -
     u64::try_from(total / scale).map_err(|_| "number too large".to_string())
 }
 
-pub(super) fn rate(key: &str, q: &Qty) -> Result<u64, ScenarioError> {
+pub(crate) fn rate(key: &str, q: &Qty) -> Result<u64, ScenarioError> {
     let v = match q {
         Qty::Int(v) => *v,
         Qty::Text(t) => {
@@ -146,7 +146,7 @@ pub(super) fn rate(key: &str, q: &Qty) -> Result<u64, ScenarioError> {
     Ok(v)
 }
 
-pub(super) fn duration(key: &str, q: &Qty) -> Result<Time, ScenarioError> {
+pub(crate) fn duration(key: &str, q: &Qty) -> Result<Time, ScenarioError> {
     match q {
         Qty::Int(0) => Ok(0),
         Qty::Int(v) => Err(bad_value(
@@ -158,7 +158,7 @@ pub(super) fn duration(key: &str, q: &Qty) -> Result<Time, ScenarioError> {
     }
 }
 
-pub(super) fn size(key: &str, q: &Qty) -> Result<u64, ScenarioError> {
+pub(crate) fn size(key: &str, q: &Qty) -> Result<u64, ScenarioError> {
     match q {
         Qty::Int(v) => Ok(*v),
         Qty::Text(t) => parse_with_units(t, SIZE_UNITS, "bytes").map_err(|r| bad_value(key, t, r)),

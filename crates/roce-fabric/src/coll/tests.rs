@@ -1,0 +1,179 @@
+use roce_coll::{DataType, OpDesc, OpKind};
+use std::path::Path;
+
+use super::workload::from_str;
+use super::*;
+
+/// i32 inputs `(7 i + 13 r) % 16` summed (all-reduce) or gathered.
+struct Ints;
+
+fn val(r: usize, i: usize) -> i32 {
+    ((i * 7 + r * 13) % 16) as i32
+}
+
+impl DataCheck for Ints {
+    fn fill(&self, d: &OpDesc, n: usize, r: usize, in_place: bool, input: &mut [u8]) {
+        assert_eq!(d.dtype, DataType::I32);
+        let at = if in_place && d.op == OpKind::AllGather { r * d.count } else { 0 };
+        for i in 0..d.count {
+            let _ = n;
+            input[(at + i) * 4..(at + i) * 4 + 4].copy_from_slice(&val(r, i).to_le_bytes());
+        }
+    }
+    fn wrong(&self, d: &OpDesc, n: usize, _r: usize, _: bool, out: &[u8]) -> u64 {
+        let get = |j: usize| i32::from_le_bytes(out[j * 4..j * 4 + 4].try_into().unwrap());
+        match d.op {
+            OpKind::AllReduce => {
+                (0..d.count).filter(|&i| get(i) != (0..n).map(|r| val(r, i)).sum::<i32>()).count() as u64
+            }
+            OpKind::AllGather => {
+                (0..d.count * n).filter(|&j| get(j) != val(j / d.count, j % d.count)).count() as u64
+            }
+            _ => unreachable!(),
+        }
+    }
+}
+
+fn wl(text: &str) -> Workload {
+    from_str(text, Path::new(".")).unwrap()
+}
+
+const SMALL: &str = r#"
+seed = 7
+[topology]
+kind = "switch"
+hosts = 4
+rate = "100G"
+delay = "1us"
+[[collective]]
+op = "all-reduce"
+type = "int32"
+sizes = ["4KiB", "1MiB"]
+algo = "ring"
+iterations = 3
+slot_bytes = "16KiB"
+qps_per_peer = 2
+compute = { mean = "10us", sigma = "2us" }
+"#;
+
+#[test]
+fn a_ring_all_reduce_on_simulated_hosts_is_right_and_takes_line_rate_time() {
+    let w = wl(SMALL);
+    let res = run(&w, 0, Some(&Ints)).unwrap();
+    assert_eq!(res.rows.len(), 2);
+    for row in &res.rows {
+        let oop = row.out_of_place.as_ref().unwrap();
+        assert_eq!(oop.wrong, Some(0));
+        assert_eq!(row.in_place.wrong, Some(0));
+        assert_eq!(row.in_place.iter_us.len(), 3);
+    }
+    // 1 MiB on 4 ranks at 100 Gb/s: 2 (n-1)/n S / B = 126 us at the least.
+    let t = res.rows[1].in_place.time_us;
+    assert!(t > 125.8 && t < 200.0, "{t} us");
+    assert!(res.packet_hops > 0 && res.dropped == 0);
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+    let w = wl(SMALL);
+    let a = run(&w, 0, None).unwrap();
+    let b = run(&w, 0, None).unwrap();
+    assert_eq!(a, b);
+    let mut w2 = w.clone();
+    w2.seed = 8;
+    let c = run(&w2, 0, None).unwrap();
+    assert_ne!(a.rows[1].in_place.iter_us, c.rows[1].in_place.iter_us);
+}
+
+#[test]
+fn an_all_gather_on_a_fat_tree_with_a_straggler() {
+    let w = wl(r#"
+[topology]
+kind = "fat-tree"
+k = 4
+[[collective]]
+op = "all-gather"
+type = "int32"
+size = "64KiB"
+ranks = 6
+iterations = 2
+in_place_only = true
+delay = [{ rank = 5, by = "300us" }]
+"#);
+    let res = run(&w, 0, Some(&Ints)).unwrap();
+    assert!(res.rows[0].out_of_place.is_none());
+    assert_eq!(res.rows[0].in_place.wrong, Some(0));
+    // rank 5 enters every call last; every iteration waits for it
+    assert_eq!(res.last_in[5], 2);
+    assert!(res.rows[0].in_place.iter_us.iter().all(|&t| t > 300.0));
+}
+
+#[test]
+fn bad_workloads_are_refused_with_the_key() {
+    let err = |t: &str| from_str(t, Path::new(".")).unwrap_err().to_string();
+    assert!(err("[[collective]]\nop = \"all-reduce\"\n").contains("size"));
+    assert!(err("[[collective]]\nop = \"sideways\"\nsize = 8\n").contains("collective[0].op"));
+    assert!(err("[topology]\nkind = \"torus\"\n[[collective]]\nsize = 8\n").contains("topology.kind"));
+    assert!(err("").contains("at least one"));
+    assert!(err("[[slow_link]]\nrank = 1\nfraction = 2.0\n[[collective]]\nsize = 8\n").contains("fraction"));
+    let w = wl("[topology]\nhosts = 4\n[[collective]]\nsize = 64\nranks = 9\n");
+    assert!(matches!(run(&w, 0, None), Err(CollSimError::Ranks { ranks: 9, hosts: 4 })));
+    let w = wl("[topology]\nhosts = 4\n[[collective]]\nsize = 64\ndelay = [{ rank = 4, by = \"1us\" }]\n");
+    assert!(matches!(run(&w, 0, None), Err(CollSimError::FaultRank { .. })));
+}
+
+/// The analytic check on small sizes (scripts/sim-coll-analytic.py has
+/// the full table): a ring all-reduce on an ideal fabric (one switch,
+/// lossless, no CC) takes 2(n-1)/n S/B + 2(n-1) alpha within 1%, alpha
+/// measured on a 1 KiB call, B the link's payload rate (64 KiB slot
+/// messages of 64 header bytes in 4096-byte packets of 86 bytes of
+/// headers, plus RETH and ImmDt once).
+#[test]
+fn a_ring_all_reduce_on_an_ideal_fabric_meets_the_analytic_model() {
+    let n = 4.0;
+    let w = wl(r#"
+[topology]
+kind = "switch"
+hosts = 4
+rate = "100G"
+delay = "1us"
+[fabric]
+pfc = true
+ecn = false
+cc = "none"
+mtu = 4096
+[[collective]]
+algo = "ring"
+sizes = ["1KiB", "8MiB"]
+iterations = 1
+in_place_only = true
+check = false
+"#);
+    let res = run(&w, 0, None).unwrap();
+    let slot = 65536.0;
+    let b = 100e9 / 8.0 * (slot - 64.0) / (slot + 86.0 * 16.0 + 20.0);
+    let steps = 2.0 * (n - 1.0);
+    let bw = |s: f64| 2.0 * (n - 1.0) / n * s / b;
+    let t = |i: usize| res.rows[i].in_place.time_us * 1e-6;
+    let alpha = (t(0) - bw(1024.0)) / steps;
+    assert!(alpha > 1e-6 && alpha < 5e-6, "alpha {alpha}");
+    let model = bw(8.0 * 1048576.0) + steps * alpha;
+    let err = (t(1) - model) / model;
+    assert!(err.abs() < 0.01, "measured {} us, model {} us", t(1) * 1e6, model * 1e6);
+}
+
+#[test]
+fn a_nic_that_stops_draining_stretches_the_iteration_it_falls_in() {
+    let body = |stall: &str| {
+        format!(
+            "[topology]\nhosts = 4\n{stall}[[collective]]\nalgo = \"ring\"\nsize = \"256KiB\"\n\
+             iterations = 6\nin_place_only = true\ncheck = false\n"
+        )
+    };
+    let healthy = run(&wl(&body("")), 0, None).unwrap();
+    let stalled =
+        run(&wl(&body("[[nic_stall]]\nrank = 2\nat = \"100us\"\nfor = \"500us\"\n")), 0, None).unwrap();
+    let max = |r: &CollResult| r.rows[0].in_place.iter_us.iter().copied().fold(0.0, f64::max);
+    assert!(max(&stalled) > max(&healthy) + 400.0, "{} vs {}", max(&stalled), max(&healthy));
+    assert!(stalled.pfc_pauses > 0);
+}

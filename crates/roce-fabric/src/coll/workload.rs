@@ -1,0 +1,408 @@
+//! The workload file of `roce sim coll`: a fabric and the collectives a
+//! training job runs on it.
+//!
+//! ```toml
+//! seed = 1                       # default 1: same seed, same bytes out
+//!
+//! [topology]                     # default: 8 hosts on one switch
+//! kind = "switch"                # "switch", "fat-tree", "leaf-spine" or "file"
+//! hosts = 8                      # switch, leaf-spine
+//! k = 8                          # fat-tree: k^3/4 hosts (8: 128, 16: 1,024)
+//! hosts_per_leaf = 16            # leaf-spine
+//! spines = 4
+//! oversubscription = 1.0         # leaf downlink / uplink rate
+//! rails = 1                      # NICs per server, one leaf set per rail
+//! path = "fabric.toml"           # file: a scenario in roce-fabric's TOML format
+//! rate = "100G"                  # every generated link
+//! delay = "1us"                  # every generated link, one way
+//!
+//! [fabric]
+//! mtu = 4096                     # IB path MTU of the QPs
+//! pfc = true                     # lossless (PFC on every priority)
+//! ecn = false                    # ECN marking at the switches
+//! cc = "none"                    # or "dcqcn"
+//! buffer = "32MiB"               # switch shared buffer (default the HPCC switch's)
+//! placement = "linear"           # rank r on host r, or "random" (seeded)
+//!
+//! [[slow_link]]                  # the host link of `rank`, at a fraction of its rate
+//! rank = 3
+//! fraction = 0.5
+//!
+//! [[nic_stall]]                  # `rank`'s NIC stops draining (a PFC storm)
+//! rank = 5
+//! at = "100us"
+//! for = "1ms"                    # default: for ever
+//!
+//! [[collective]]
+//! op = "all-reduce"              # all-reduce, reduce-scatter, all-gather,
+//!                                # broadcast, reduce, all-to-all
+//! type = "float"                 # nccl-tests names (float, half, bfloat16, int32, ...)
+//! redop = "sum"
+//! algo = "auto"                  # ring, rabenseifner, tree, rd, ... or auto (the cost model)
+//! sizes = ["64KiB", "1MiB"]      # or size = "1MiB"; bytes per rank
+//! ranks = 8                      # default: every host
+//! qps_per_peer = 1
+//! slots = 4                      # receive slots per (peer, QP)
+//! slot_bytes = "64KiB"
+//! iterations = 5
+//! check = true                   # check the results (default: when all ranks' buffers fit in 256 MiB)
+//! in_place_only = false          # skip the out-of-place half
+//! compute = { mean = "1ms", sigma = "20us" }   # per iteration, per rank: normal, cut at 0
+//! delay = [{ rank = 3, by = "200us" }]         # one rank's compute longer, every iteration
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use roce_coll::{Algo, DataType, OpKind, RedOp};
+use roce_proto::PathMtu;
+use serde::Deserialize;
+
+use crate::scenario::{bad_value, invalid, ScenarioError, Time};
+use crate::toml_scenario::units::{self, Qty};
+
+/// Where the hosts come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Topology {
+    Switch { hosts: usize },
+    FatTree { k: usize },
+    LeafSpine { hosts: usize, hosts_per_leaf: usize, spines: usize, oversubscription: f64, rails: usize },
+    File(PathBuf),
+}
+
+/// A fault of the straggler study.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlowLink {
+    pub rank: usize,
+    pub fraction: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NicStall {
+    pub rank: usize,
+    pub at_ps: Time,
+    pub for_ps: Option<Time>,
+}
+
+/// The fabric's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fabric {
+    pub topology: Topology,
+    pub rate_bps: u64,
+    pub delay_ps: Time,
+    pub mtu: PathMtu,
+    pub pfc: bool,
+    pub ecn: bool,
+    pub dcqcn: bool,
+    pub buffer_bytes: Option<u64>,
+    pub random_placement: bool,
+    pub slow_links: Vec<SlowLink>,
+    pub nic_stalls: Vec<NicStall>,
+}
+
+/// The compute phase before each call: normal(mean, sigma) cut at 0 on
+/// every rank, plus a fixed delay on some.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Compute {
+    pub mean_ps: Time,
+    pub sigma_ps: Time,
+    pub delays: Vec<(usize, Time)>,
+}
+
+/// One `[[collective]]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CollSpec {
+    pub op: OpKind,
+    pub dtype: DataType,
+    pub redop: RedOp,
+    pub algo: Algo,
+    /// Bytes per rank (nccl-tests' size column).
+    pub sizes: Vec<u64>,
+    /// `None`: every host.
+    pub ranks: Option<usize>,
+    pub qps_per_peer: usize,
+    pub slots: usize,
+    pub slot_bytes: usize,
+    pub iterations: usize,
+    pub check: Option<bool>,
+    pub in_place_only: bool,
+    pub compute: Compute,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    pub seed: u64,
+    pub fabric: Fabric,
+    pub collectives: Vec<CollSpec>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FTopo {
+    kind: Option<String>,
+    hosts: Option<usize>,
+    k: Option<usize>,
+    hosts_per_leaf: Option<usize>,
+    spines: Option<usize>,
+    oversubscription: Option<f64>,
+    rails: Option<usize>,
+    path: Option<PathBuf>,
+    rate: Option<Qty>,
+    delay: Option<Qty>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct FFabric {
+    mtu: Option<usize>,
+    pfc: Option<bool>,
+    ecn: Option<bool>,
+    cc: Option<String>,
+    buffer: Option<Qty>,
+    placement: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FSlow {
+    rank: usize,
+    fraction: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FStall {
+    rank: usize,
+    at: Qty,
+    #[serde(rename = "for")]
+    for_: Option<Qty>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FCompute {
+    mean: Option<Qty>,
+    sigma: Option<Qty>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FDelay {
+    rank: usize,
+    by: Qty,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FColl {
+    op: Option<String>,
+    #[serde(rename = "type")]
+    dtype: Option<String>,
+    redop: Option<String>,
+    algo: Option<String>,
+    size: Option<Qty>,
+    sizes: Option<Vec<Qty>>,
+    ranks: Option<usize>,
+    qps_per_peer: Option<usize>,
+    slots: Option<usize>,
+    slot_bytes: Option<Qty>,
+    iterations: Option<usize>,
+    check: Option<bool>,
+    in_place_only: Option<bool>,
+    compute: Option<FCompute>,
+    #[serde(default)]
+    delay: Vec<FDelay>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FWorkload {
+    seed: Option<u64>,
+    #[serde(default)]
+    topology: FTopo,
+    #[serde(default)]
+    fabric: FFabric,
+    #[serde(default)]
+    slow_link: Vec<FSlow>,
+    #[serde(default)]
+    nic_stall: Vec<FStall>,
+    #[serde(default)]
+    collective: Vec<FColl>,
+}
+
+/// The workload `roce sim coll` runs with no file: 8 ranks at 100G on one
+/// switch, all-reduce of 64 KiB .. 16 MiB of floats, 5 iterations.
+pub const DEFAULT: &str = r#"
+seed = 1
+[topology]
+kind = "switch"
+hosts = 8
+rate = "100G"
+delay = "1us"
+
+[[collective]]
+op = "all-reduce"
+type = "float"
+sizes = ["64KiB", "256KiB", "1MiB", "4MiB", "16MiB"]
+iterations = 5
+"#;
+
+fn parse<T: std::str::FromStr>(key: &str, v: &str) -> Result<T, ScenarioError>
+where
+    T::Err: std::fmt::Display,
+{
+    v.parse().map_err(|e: T::Err| bad_value(key, v, e.to_string()))
+}
+
+/// Reads a workload; `base` is the directory relative paths start from.
+pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
+    let f: FWorkload = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
+    let t = &f.topology;
+    let kind = t.kind.as_deref().unwrap_or("switch");
+    let topology = match kind {
+        "switch" => Topology::Switch { hosts: t.hosts.unwrap_or(8) },
+        "fat-tree" => Topology::FatTree { k: t.k.unwrap_or(8) },
+        "leaf-spine" => Topology::LeafSpine {
+            hosts: t.hosts.unwrap_or(64),
+            hosts_per_leaf: t.hosts_per_leaf.unwrap_or(16),
+            spines: t.spines.unwrap_or(4),
+            oversubscription: t.oversubscription.unwrap_or(1.0),
+            rails: t.rails.unwrap_or(1),
+        },
+        "file" => match &t.path {
+            Some(p) => Topology::File(base.join(p)),
+            None => return Err(invalid("topology.path", "a topology of kind \"file\" needs a path")),
+        },
+        other => {
+            return Err(bad_value("topology.kind", other, "expected switch, fat-tree, leaf-spine or file"))
+        }
+    };
+    let rate_bps = match &t.rate {
+        Some(q) => units::rate("topology.rate", q)?,
+        None => 100_000_000_000,
+    };
+    let delay_ps = match &t.delay {
+        Some(q) => units::duration("topology.delay", q)?,
+        None => crate::scenario::PS_PER_US,
+    };
+    let fb = &f.fabric;
+    let mtu_bytes = fb.mtu.unwrap_or(4096);
+    let mtu = PathMtu::from_bytes(mtu_bytes).ok_or_else(|| {
+        bad_value("fabric.mtu", &mtu_bytes.to_string(), "expected 256, 512, 1024, 2048 or 4096")
+    })?;
+    let dcqcn = match fb.cc.as_deref().unwrap_or("none") {
+        "none" => false,
+        "dcqcn" => true,
+        other => return Err(bad_value("fabric.cc", other, "expected none or dcqcn")),
+    };
+    let random_placement = match fb.placement.as_deref().unwrap_or("linear") {
+        "linear" => false,
+        "random" => true,
+        other => return Err(bad_value("fabric.placement", other, "expected linear or random")),
+    };
+    let buffer_bytes = fb.buffer.as_ref().map(|q| units::size("fabric.buffer", q)).transpose()?;
+    let mut slow_links = Vec::new();
+    for s in &f.slow_link {
+        if !(s.fraction > 0.0 && s.fraction <= 1.0) {
+            return Err(bad_value(
+                "slow_link.fraction",
+                &s.fraction.to_string(),
+                "expected a fraction in (0, 1]",
+            ));
+        }
+        slow_links.push(SlowLink { rank: s.rank, fraction: s.fraction });
+    }
+    let mut nic_stalls = Vec::new();
+    for s in &f.nic_stall {
+        let at_ps = units::duration("nic_stall.at", &s.at)?;
+        let for_ps = s.for_.as_ref().map(|q| units::duration("nic_stall.for", q)).transpose()?;
+        nic_stalls.push(NicStall { rank: s.rank, at_ps, for_ps });
+    }
+    let mut collectives = Vec::new();
+    for (i, c) in f.collective.iter().enumerate() {
+        let key = |k: &str| format!("collective[{i}].{k}");
+        let op: OpKind = parse(&key("op"), c.op.as_deref().unwrap_or("all-reduce"))?;
+        if op == OpKind::Barrier {
+            return Err(bad_value(&key("op"), "barrier", "a barrier moves no bytes; not a workload"));
+        }
+        let sizes = match (&c.size, &c.sizes) {
+            (Some(_), Some(_)) => return Err(invalid(key("sizes"), "give size or sizes, not both")),
+            (Some(q), None) => vec![units::size(&key("size"), q)?],
+            (None, Some(v)) if !v.is_empty() => {
+                v.iter().map(|q| units::size(&key("sizes"), q)).collect::<Result<_, _>>()?
+            }
+            _ => return Err(invalid(key("sizes"), "a collective needs size or sizes")),
+        };
+        let slot_bytes = match &c.slot_bytes {
+            Some(q) => units::size(&key("slot_bytes"), q)? as usize,
+            None => 64 << 10,
+        };
+        let compute = match &c.compute {
+            Some(fc) => Compute {
+                mean_ps: fc
+                    .mean
+                    .as_ref()
+                    .map(|q| units::duration(&key("compute.mean"), q))
+                    .transpose()?
+                    .unwrap_or(0),
+                sigma_ps: fc
+                    .sigma
+                    .as_ref()
+                    .map(|q| units::duration(&key("compute.sigma"), q))
+                    .transpose()?
+                    .unwrap_or(0),
+                delays: Vec::new(),
+            },
+            None => Compute::default(),
+        };
+        let mut compute = compute;
+        for d in &c.delay {
+            compute.delays.push((d.rank, units::duration(&key("delay.by"), &d.by)?));
+        }
+        let iterations = c.iterations.unwrap_or(5);
+        if iterations == 0 {
+            return Err(bad_value(&key("iterations"), "0", "at least 1"));
+        }
+        collectives.push(CollSpec {
+            op,
+            dtype: parse(&key("type"), c.dtype.as_deref().unwrap_or("float"))?,
+            redop: parse(&key("redop"), c.redop.as_deref().unwrap_or("sum"))?,
+            algo: parse(&key("algo"), c.algo.as_deref().unwrap_or("auto"))?,
+            sizes,
+            ranks: c.ranks,
+            qps_per_peer: c.qps_per_peer.unwrap_or(1),
+            slots: c.slots.unwrap_or(4),
+            slot_bytes,
+            iterations,
+            check: c.check,
+            in_place_only: c.in_place_only.unwrap_or(false),
+            compute,
+        });
+    }
+    if collectives.is_empty() {
+        return Err(invalid("collective", "a workload needs at least one [[collective]]"));
+    }
+    Ok(Workload {
+        seed: f.seed.unwrap_or(1),
+        fabric: Fabric {
+            topology,
+            rate_bps,
+            delay_ps,
+            mtu,
+            pfc: fb.pfc.unwrap_or(true),
+            ecn: fb.ecn.unwrap_or(false),
+            dcqcn,
+            buffer_bytes,
+            random_placement,
+            slow_links,
+            nic_stalls,
+        },
+        collectives,
+    })
+}
+
+/// Reads a workload file.
+pub fn from_path(path: &Path) -> Result<Workload, ScenarioError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ScenarioError::Io { path: path.to_path_buf(), source: e })?;
+    from_str(&text, path.parent().unwrap_or(Path::new(".")))
+}

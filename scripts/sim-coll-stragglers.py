@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""The straggler study on the simulator: each fault kind against theory.
+
+    scripts/sim-coll-stragglers.py                       # every section
+    SECTIONS="jitter halfrate" scripts/sim-coll-stragglers.py
+
+Sections (each runs `roce sim coll` on generated workloads; 100 Gb/s
+links, 1 us, lossless, MTU 4096):
+  delay     one rank's compute delayed by d: iteration time vs d (8 ranks,
+            1 MiB ring all-reduce); theory: + d.
+  jitter    iid compute jitter sigma = 100 us on every rank (mean 1 ms), n =
+            8, 64, 512: mean iteration inflation against c_n sigma, c_n the
+            expected maximum of n standard normals.
+  halfrate  one host link at half rate: ring busbw against the healthy
+            fabric, n = 8, 64 (and 512 with SIZE_512); theory: x0.5.
+  ecmp      k = 8 fat-tree (128 hosts), ranks placed at random, ring
+            all-reduce with 1, 4 and 16 QPs per peer: busbw and the busiest
+            switch-to-switch link over the mean.
+  stall     a NIC that stops draining for 1 ms in the middle of the run (a
+            PFC storm): iteration p50 / max against the healthy run.
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROCE = os.path.join(ROOT, "target", "release", "roce")
+LINE = 100e9 / 8
+
+
+def sim(body, seed=1):
+    w = f'seed = {seed}\n[fabric]\nmtu = 4096\npfc = true\necn = false\ncc = "none"\n' + body
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(w)
+        path = f.name
+    try:
+        p = subprocess.run([ROCE, "sim", "coll", path, "--usage"], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if p.returncode != 0:
+        raise SystemExit(f"roce sim coll failed:\n{w}\n{p.stderr}{p.stdout}")
+    rows, iters, usage, last, trunk = [], [], "", "", ""
+    for line in p.stdout.splitlines():
+        if not line.startswith("#"):
+            f = line.split()
+            rows.append({"bytes": int(f[0]), "time": float(f[9]), "busbw": float(f[11])})
+        elif re.match(r"#\s+\d+\s+\S+\s+[\d.]+\s+[\d.]+\s+[\d.]+$", line):
+            f = line.split()
+            iters.append({"p50": float(f[3]), "p99": float(f[4]), "max": float(f[5])})
+        elif line.startswith("# usage"):
+            usage = line
+        elif line.startswith("# Waited for"):
+            last = line
+        elif line.startswith("# Simulated ") and "busiest" in line:
+            trunk = re.search(r"busiest switch link (\d+) frames \(([\d.]+)x", line).groups()
+    return rows, iters, usage, last, trunk
+
+
+def expected_max(n):
+    """E[max of n iid standard normals], by numerical integration."""
+    phi = lambda x: math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+    cdf = lambda x: 0.5 * (1 + math.erf(x / math.sqrt(2)))
+    h, s = 0.001, 0.0
+    x = -10.0
+    while x < 10.0:
+        s += x * n * cdf(x) ** (n - 1) * phi(x) * h
+        x += h
+    return s
+
+
+def coll(op="all-reduce", algo="ring", size="1MiB", ranks=None, iters=5, extra=""):
+    r = f"ranks = {ranks}\n" if ranks else ""
+    return (f'[[collective]]\nop = "{op}"\nalgo = "{algo}"\nsize = "{size}"\n{r}iterations = {iters}\n'
+            f"in_place_only = true\ncheck = false\n{extra}")
+
+
+def switch(n):
+    return f'[topology]\nkind = "switch"\nhosts = {n}\nrate = "100G"\ndelay = "1us"\n'
+
+
+def slots_for(n):
+    return "" if n <= 64 else 'slot_bytes = "16KiB"\n'
+
+
+def delay():
+    print("\n## delay: one rank's compute delayed by d (8 ranks, 1 MiB ring, compute 100 us)")
+    print(f"# {'d (us)':>8} {'iter p50 (us)':>14} {'minus d=0':>10} {'waited for':>30}")
+    base = None
+    for d in [0, 50, 100, 200, 400, 800]:
+        extra = 'compute = { mean = "100us" }\n' + (f'delay = [{{ rank = 3, by = "{d}us" }}]\n' if d else "")
+        _, it, _, last, _ = sim(switch(8) + coll(iters=5, extra=extra))
+        p50 = it[0]["p50"]
+        base = p50 if base is None else base
+        print(f"  {d:>8} {p50:>14.1f} {p50 - base:>10.1f} {last.split('):', 1)[1].strip()[:30]:>30}")
+
+
+def jitter():
+    sigma = 100.0
+    print(f"\n## jitter: iid compute jitter, mean 1 ms, sigma {sigma:.0f} us (64 KiB all-reduce, auto algorithm)")
+    print(f"# {'n':>5} {'iters':>6} {'mean iter s=0':>14} {'mean iter':>10} {'inflation':>10} {'c_n sigma':>10} {'ratio':>7}")
+    for n, iters in [(8, 400), (64, 200), (512, 60)]:
+        means = []
+        for sg in ["0us", f"{int(sigma)}us"]:
+            extra = f'compute = {{ mean = "1ms", sigma = "{sg}" }}\n' + slots_for(n)
+            body = switch(n) + coll(algo="auto", size="64KiB", iters=iters, extra=extra)
+            rows, it, _, _, _ = sim_iters(body)
+            means.append(sum(it) / len(it))
+        infl = means[1] - means[0]
+        want = expected_max(n) * sigma
+        print(f"  {n:>5} {iters:>6} {means[0]:>14.1f} {means[1]:>10.1f} {infl:>10.1f} {want:>10.1f} {infl / want:>7.3f}")
+
+
+def sim_iters(body):
+    """Every iteration's time (us) of the in-place half (`--iterations`)."""
+    w = 'seed = 1\n[fabric]\nmtu = 4096\npfc = true\necn = false\ncc = "none"\n' + body
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(w)
+        path = f.name
+    try:
+        p = subprocess.run([ROCE, "sim", "coll", path, "--iterations"], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if p.returncode != 0:
+        raise SystemExit(f"roce sim coll failed:\n{w}\n{p.stderr}")
+    its = []
+    for line in p.stdout.splitlines():
+        if line.startswith("# iterations (us):"):
+            its = [float(x) for x in line.split(":", 1)[1].split()]
+    return None, its, None, None, None
+
+
+def halfrate():
+    print("\n## halfrate: one host link at half rate (ring all-reduce)")
+    print(f"# {'n':>5} {'size':>8} {'busbw healthy':>14} {'busbw slow':>11} {'ratio':>7}")
+    for n, size in [(8, "16MiB"), (64, "16MiB"), (512, os.environ.get("SIZE_512", "2MiB"))]:
+        bws = []
+        for slow in ["", "[[slow_link]]\nrank = 0\nfraction = 0.5\n"]:
+            rows, _, _, _, _ = sim(switch(n) + slow + coll(size=size, iters=1, extra=slots_for(n)))
+            bws.append(rows[0]["busbw"])
+        print(f"  {n:>5} {size:>8} {bws[0]:>14.2f} {bws[1]:>11.2f} {bws[1] / bws[0]:>7.3f}")
+
+
+def ecmp():
+    size = os.environ.get("ECMP_SIZE", "16MiB")
+    print(f"\n## ecmp: k = 8 fat-tree, 128 ranks placed at random, {size} ring all-reduce")
+    print(f"# {'QPs/peer':>8} {'busbw GB/s':>11} {'x line':>7} {'busiest trunk frames':>21} {'/ mean':>7} {'gain':>7}")
+    base = None
+    for q in [1, 4, 16]:
+        body = '[topology]\nkind = "fat-tree"\nk = 8\nrate = "100G"\ndelay = "1us"\n'
+        rows, _, usage, _, trunk = sim_fabric(body, "random", coll(size=size, iters=1, extra=f"qps_per_peer = {q}\nslots = {max(2, 8 // q)}\n"))
+        bw = rows[0]["busbw"]
+        base = bw if base is None else base
+        print(f"  {q:>8} {bw:>11.2f} {bw / (LINE / 1e9):>7.3f} {trunk[0]:>21} {trunk[1]:>7} {bw / base:>7.3f}")
+
+
+def sim_fabric(topo, placement, body):
+    w = (f'seed = 1\n[fabric]\nmtu = 4096\npfc = true\necn = false\ncc = "none"\nplacement = "{placement}"\n'
+         + topo + body)
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(w)
+        path = f.name
+    try:
+        p = subprocess.run([ROCE, "sim", "coll", path, "--usage"], capture_output=True, text=True)
+    finally:
+        os.unlink(path)
+    if p.returncode != 0:
+        raise SystemExit(f"roce sim coll failed:\n{w}\n{p.stderr}")
+    rows, trunk = [], ("0", "0")
+    for line in p.stdout.splitlines():
+        if not line.startswith("#"):
+            f = line.split()
+            rows.append({"bytes": int(f[0]), "time": float(f[9]), "busbw": float(f[11])})
+        elif line.startswith("# Simulated ") and "busiest" in line:
+            trunk = re.search(r"busiest switch link (\d+) frames \(([\d.]+)x", line).groups()
+    return rows, None, None, None, trunk
+
+
+def stall():
+    print("\n## stall: rank 5's NIC stops draining for 1 ms at t = 2 ms (8 ranks, 4 MiB ring, 20 iterations)")
+    print(f"# {'run':>8} {'iter p50 (us)':>14} {'iter p99 (us)':>14} {'iter max (us)':>14}")
+    for name, extra in [("healthy", ""), ("stall", '[[nic_stall]]\nrank = 5\nat = "2ms"\nfor = "1ms"\n')]:
+        _, it, _, _, _ = sim(switch(8) + extra + coll(size="4MiB", iters=20))
+        print(f"  {name:>8} {it[0]['p50']:>14.1f} {it[0]['p99']:>14.1f} {it[0]['max']:>14.1f}")
+
+
+def main():
+    if os.environ.get("BUILD", "1") == "1":
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "roce-cli"], cwd=ROOT, check=True)
+    sections = os.environ.get("SECTIONS", "delay jitter halfrate ecmp stall").split()
+    for s in sections:
+        globals()[s]()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
