@@ -140,7 +140,8 @@ impl QpEntry {
 
     /// The one way into the error state (IBTA vol. 1 §10.3.1: every
     /// outstanding WQE completes with WR_FLUSH_ERR, the one that failed with
-    /// its own status): the state and the `QpFatal` event, the timers
+    /// its own status): the state and the event a role raised with the
+    /// error, if any (`QpCore::set_error_state`), the timers
     /// stopped, the roles' work dropped, both queues flushed.
     pub(super) fn enter_error(&mut self, res: &mut Res) {
         self.core.set_error_state(res);
