@@ -10,6 +10,8 @@
 //! rdma-core's `symver()` does for its IBVERBS_1.0 compatibility entry
 //! points: a binary linked against that version gets `IMPL`. The version
 //! nodes chain in the order rdma-core's `libibverbs.map` declares them.
+//! The version `GLIBC_BASE` stands for glibc's first version on the
+//! target architecture.
 //! (`IMPL` stays exported under its own name too: rustc exports every
 //! `#[no_mangle]` function.)
 
@@ -21,6 +23,11 @@ fn main() {
     let out = std::env::var("OUT_DIR").expect("cargo sets OUT_DIR");
     println!("cargo:rerun-if-changed=symbols.txt");
     let list = std::fs::read_to_string(format!("{dir}/symbols.txt")).expect("symbols.txt");
+    // The version of glibc's oldest symbols, which differs by architecture.
+    let glibc_base = match std::env::var("CARGO_CFG_TARGET_ARCH").as_deref() {
+        Ok("aarch64") => "GLIBC_2.17",
+        _ => "GLIBC_2.2.5",
+    };
     let mut nodes: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     let mut asm = String::from("std::arch::global_asm!(\n");
     for line in list.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')) {
@@ -28,6 +35,7 @@ fn main() {
         let (Some(ver), Some(sym)) = (words.next(), words.next()) else {
             panic!("symbols.txt: expected VERSION SYMBOL [IMPL], got {line:?}");
         };
+        let ver = if ver == "GLIBC_BASE" { glibc_base } else { ver };
         nodes.entry(ver).or_default().push(sym);
         match words.next() {
             None => writeln!(asm, "    \".symver {sym}, {sym}@@{ver}\",").unwrap(),

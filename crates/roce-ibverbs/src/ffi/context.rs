@@ -60,6 +60,12 @@ fn devices() -> &'static DeviceTable {
     })
 }
 
+/// How many devices the library offers (`ibv_device::dev_name` is
+/// `uverbsN` for N below it).
+pub(crate) fn device_count() -> usize {
+    devices().devices.len()
+}
+
 /// The device whose `ibv_device` is at `d` (an address compared, never
 /// read).
 fn device_obj(d: *mut ibv_device) -> R<&'static DeviceObj> {

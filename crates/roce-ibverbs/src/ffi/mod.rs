@@ -210,6 +210,8 @@ fn c_name<const N: usize>(s: &str) -> [c_char; N] {
     out
 }
 
+pub(crate) use context::device_count;
+
 mod ah;
 mod async_events;
 mod context;
