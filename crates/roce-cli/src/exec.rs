@@ -140,6 +140,11 @@ impl LibDir {
             .map(PathBuf::from)
             .filter(|d| d.is_absolute() && d.is_dir())
             .unwrap_or_else(std::env::temp_dir);
+        Self::make_in(&base, links)
+    }
+
+    /// [`LibDir::make`] under `base` instead of the runtime directory.
+    pub fn make_in(base: &Path, links: &[(&str, &Path)]) -> Result<LibDir, LibDirError> {
         let uid = owner_uid(Path::new("/proc/self"))
             .map_err(|source| LibDirError::Io { path: "/proc/self".into(), source })?;
         let top = base.join(format!("roce-exec-{uid}"));
@@ -274,4 +279,54 @@ pub fn main(args: &ExecArgs) -> ExitCode {
     let e = cmd.exec();
     eprintln!("roce exec: {}: {e}", args.program[0].to_string_lossy());
     ExitCode::from(127)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn scratch(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("roce-exec-test-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn the_library_directory_links_every_name_and_is_reused() {
+        let base = scratch("links");
+        let (ib, cm) = (base.join("libroce_ibverbs.so"), base.join("libroce_rdmacm.so"));
+        let a = LibDir::make_in(&base, &links(&ib, Some(&cm))).unwrap();
+        for (name, target) in
+            [("libibverbs.so", &ib), ("libibverbs.so.1", &ib), ("librdmacm.so", &cm), ("librdmacm.so.1", &cm)]
+        {
+            assert_eq!(std::fs::read_link(a.path.join(name)).unwrap(), *target, "{name}");
+        }
+        let mode = std::fs::metadata(&a.path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // The same libraries: the same directory; others: another one,
+        // without librdmacm when there is none.
+        assert_eq!(LibDir::make_in(&base, &links(&ib, Some(&cm))).unwrap().path, a.path);
+        let b = LibDir::make_in(&base, &links(&ib, None)).unwrap();
+        assert_ne!(b.path, a.path);
+        assert_eq!(std::fs::read_link(b.path.join("libibverbs.so")).unwrap(), ib);
+        assert!(std::fs::symlink_metadata(b.path.join("librdmacm.so")).is_err());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn a_directory_others_may_write_is_refused() {
+        let base = scratch("unsafe");
+        let uid = owner_uid(Path::new("/proc/self")).unwrap();
+        let top = base.join(format!("roce-exec-{uid}"));
+        std::fs::create_dir(&top).unwrap();
+        std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let ib = base.join("lib.so");
+        match LibDir::make_in(&base, &links(&ib, None)) {
+            Err(LibDirError::Unsafe { path }) => assert_eq!(path, top),
+            other => panic!("{:?}", other.map(|d| d.path)),
+        }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
 }
