@@ -6,7 +6,9 @@
 //! server and stock client) at rxe's path MTU, 1024: ibv_rc_pingpong and
 //! ibv_ud_pingpong (their `--chk` data check on both ends), perftest's
 //! ib_write_bw, ib_read_bw, ib_send_bw, ib_atomic_bw (CMP_AND_SWAP),
-//! ib_write_lat and ib_send_lat, over IPv4; the RC pairs over IPv6 too (a
+//! ib_write_lat and ib_send_lat, over IPv4, and 8 MiB READs from rxe,
+//! which our requester splits within its READ budget (checked on the
+//! wire); the RC pairs over IPv6 too (a
 //! global address on both ends, rxe's GID for it; the exchange stays on
 //! IPv4, where the stock tools listen). Then a part of it again with random
 //! loss on the link in both directions (nftables in the lab's namespace;
@@ -305,9 +307,46 @@ fn cases(families: &[Family], lossy: bool) -> Vec<Case> {
             );
             add("ib_write_lat -s 64 -n 200", &["perf", "write-lat", "-s", "64", "-n", "200"]);
             add("ib_send_lat -s 64 -n 200", &["perf", "send-lat", "-s", "64", "-n", "200"]);
+            // Large READs from rxe, which our requester asks for in several
+            // READ requests within its READ budget (`split_reads` checks
+            // the requests on the wire).
+            if family == Family::V4 && !lossy && server == Server::Vm {
+                add(BIG_READ_STOCK, &["perf", "read-bw", "-s", "8388608", "-n", "5"]);
+            }
         }
     }
     v
+}
+
+/// The pairing of large, split READs: 8 MiB messages, 5 of them (perf
+/// tools take no fewer). A device's READ chunk is a sixteenth of its
+/// granted receive buffer (a quarter of the READ budget), 4 MiB at the
+/// most the kernel grants here (32 MiB forced), so each message takes two
+/// requests at least.
+const BIG_READ_STOCK: &str = "ib_read_bw -s 8388608 -n 5";
+const BIG_READS: u64 = 5;
+const BIG_READ: u64 = 8 << 20;
+
+/// Our IPv4 RDMA READ requests on the wire: (their number, the bytes they
+/// ask for, the longest). The large pairing's 8 MiB READs must have gone
+/// out as several requests, none for the whole message (IBTA vol. 1
+/// 9.4.3: a READ is one request per message, so the requester splits a
+/// message into messages of its own, each with its own RETH); the other
+/// READ pairing asks for about 3 MiB in all, less than the large one.
+fn split_reads(pcap: &Path) -> (u64, u64, u64) {
+    let (mut n, mut bytes, mut longest) = (0, 0, 0);
+    for (from_host, ip) in roce_packets(pcap, false) {
+        // IPv4 (20 bytes) + UDP (8) + BTH (12), then the RETH: VA, R_Key,
+        // DMA length.
+        if !from_host || ip[0] >> 4 != 4 || ip.len() < 56 || ip[28] != 0x0c {
+            continue;
+        }
+        let len = u64::from(u32::from_be_bytes([ip[52], ip[53], ip[54], ip[55]]));
+        n += 1;
+        bytes += len;
+        longest = longest.max(len);
+    }
+    (n, bytes, longest)
 }
 
 /// The RoCE packets of a capture: (from the host?, IP header onwards),
@@ -646,6 +685,15 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         if delta(k) != 0 {
             failures.push(format!("rxe counted {k} +{} in the loss-free part", delta(k)));
         }
+    }
+    let (n, bytes, longest) = split_reads(&wire);
+    eprintln!("READs: {n} IPv4 READ requests from us, {bytes} bytes asked, the longest {longest}");
+    if bytes < BIG_READS * BIG_READ || longest >= BIG_READ || n <= BIG_READS {
+        failures.push(format!(
+            "{BIG_READ_STOCK}: our READ requests asked for {bytes} bytes in {n} requests (longest {longest}); \
+             want at least {} bytes, each request under {BIG_READ}",
+            BIG_READS * BIG_READ
+        ));
     }
     match check.map(|c| oracle(c, &wire)) {
         Some(Ok(s)) => eprintln!("roce-pcap-check on the tap capture:\n{s}"),

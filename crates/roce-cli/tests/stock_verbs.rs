@@ -389,3 +389,43 @@ fn c_program_over_the_library() {
     let out = spawn("verbs_api", &exec_args("127.0.0.1", free_udp_port(), &[&exe])).finish();
     assert_eq!(out.trim(), "ok", "{out}");
 }
+
+/// `tests/c/dlopen_verbs.c`: a program with no link-time libibverbs that
+/// `dlopen`s it by name, as NCCL and Python's ctypes do, under `roce
+/// exec`. Both the unversioned `libibverbs.so` (which rdma-core's
+/// development package also provides) and `libibverbs.so.1` must give
+/// roce's library and no second one: the program checks that one
+/// libibverbs is mapped, lists the device and runs an RDMA WRITE and a
+/// SEND between two QPs.
+#[test]
+fn a_program_that_dlopens_libibverbs_gets_ours_alone() {
+    if !Path::new("/usr/include/infiniband/verbs.h").exists() {
+        let msg = "missing <infiniband/verbs.h> (apt-get install libibverbs-dev)";
+        assert!(!in_ci(), "{msg}: CI must build the C test");
+        eprintln!("SKIPPED: {msg}");
+        return;
+    }
+    let _g = serial();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/dlopen_verbs.c");
+    let exe = out_dir().join("dlopen_verbs");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let built = match Command::new(&cc).arg("-Wall").arg(&src).arg("-o").arg(&exe).arg("-ldl").output() {
+        Ok(o) => o,
+        Err(e) => {
+            assert!(!in_ci(), "no C compiler ({cc}: {e}) under CI");
+            eprintln!("SKIPPED: no C compiler ({cc}: {e})");
+            return;
+        }
+    };
+    assert!(
+        built.status.success(),
+        "dlopen_verbs.c did not build:\n{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let exe = exe.to_string_lossy().into_owned();
+    for name in ["libibverbs.so", "libibverbs.so.1"] {
+        let out = spawn(&format!("dlopen {name}"), &exec_args("127.0.0.1", free_udp_port(), &[&exe, name]))
+            .finish();
+        assert!(out.lines().any(|l| l == "ok"), "{out}");
+    }
+}

@@ -7,7 +7,7 @@
 //! with errno set), or, for the registration and logging hooks the
 //! providers' constructors call, does nothing.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, c_uint, c_void};
 
 use libc::EOPNOTSUPP;
 
@@ -68,6 +68,10 @@ unsupported_int!(
     ibv_cmd_modify_wq,
     ibv_cmd_open_qp,
     ibv_cmd_open_xrcd,
+    ibv_cmd_poll_cq,
+    ibv_cmd_post_recv,
+    ibv_cmd_post_send,
+    ibv_cmd_post_srq_recv,
     ibv_cmd_query_context,
     ibv_cmd_query_device_any,
     ibv_cmd_query_mr,
@@ -78,6 +82,7 @@ unsupported_int!(
     ibv_cmd_reg_dm_mr,
     ibv_cmd_reg_dmabuf_mr,
     ibv_cmd_reg_mr,
+    ibv_cmd_req_notify_cq,
     ibv_cmd_rereg_mr,
     ibv_cmd_resize_cq,
     verbs_init_cq,
@@ -100,6 +105,36 @@ pub extern "C" fn verbs_open_device() -> *mut c_void {
 /// hardware, so the provider is not kept.
 #[no_mangle]
 pub extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
+
+/// `ibv_register_driver@IBVERBS_1.1`, the pre-rdma-core driver
+/// registration (no default version in rdma-core 44 either): like
+/// `verbs_register_driver_34`, the driver is not kept.
+#[no_mangle]
+pub extern "C" fn roce_compat_ibv_register_driver(_name: *const c_char, _init: *const c_void) {}
+
+/// How many attributes a provider's ioctl command holds, counting those of
+/// the buffers linked to it: no provider builds commands here (their
+/// contexts are never made, `_verbs_init_and_alloc_context`), so there
+/// are no linked buffers and the count is the caller's own.
+#[no_mangle]
+pub extern "C" fn __ioctl_final_num_attrs(num_attrs: c_uint, _link: *const c_void) -> c_uint {
+    num_attrs
+}
+
+/// A provider's read of its device's sysfs file (printf-like path; the
+/// arguments after the format are ignored, as in `__verbs_log`): -1 with
+/// `EINVAL` for no device, as rdma-core, and `ENOENT` otherwise, since no
+/// device of this library has a sysfs directory.
+#[no_mangle]
+pub extern "C" fn ibv_read_ibdev_sysfs_file(
+    _buf: *mut c_char,
+    _size: usize,
+    sysfs_dev: *const c_void,
+    _fmt: *const c_char,
+) -> c_int {
+    set_errno(if sysfs_dev.is_null() { libc::EINVAL } else { libc::ENOENT });
+    -1
+}
 
 #[no_mangle]
 pub extern "C" fn verbs_set_ops(_ctx: *mut c_void, _ops: *const c_void) {}
@@ -125,3 +160,5 @@ pub extern "C" fn ibv_copy_ah_attr_from_kern(_dst: *mut c_void, _src: *const c_v
 pub extern "C" fn ibv_copy_qp_attr_from_kern(_dst: *mut c_void, _src: *const c_void) {}
 #[no_mangle]
 pub extern "C" fn ibv_copy_path_rec_from_kern(_dst: *mut c_void, _src: *const c_void) {}
+#[no_mangle]
+pub extern "C" fn ibv_copy_path_rec_to_kern(_dst: *mut c_void, _src: *const c_void) {}

@@ -15,12 +15,17 @@
 //! * `ffi`: the entry points and the ops tables, a file per object family
 //!   (the crate's `unsafe` boundary, with its safety argument);
 //! * `compat`: the symbols rdma-core's providers and librdmacm import,
-//!   which must resolve for a program to load at all;
+//!   which must resolve for a program to load at all; `compat_1_0`: the
+//!   IBVERBS_1.0 entry points rdma-core keeps for pre-1.1 binaries;
+//! * `devnode`: the `/dev/infiniband/uverbsN` node UCX stats, answered
+//!   for the library's devices;
 //! * `sys`: eventfds and errno; `regions`: one device per registered byte.
 
 pub mod abi;
 mod compat;
+mod compat_1_0;
 pub mod config;
+mod devnode;
 mod ffi;
 mod handle;
 mod objects;

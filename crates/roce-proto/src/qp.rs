@@ -45,6 +45,8 @@ pub(crate) struct QpCore {
     /// A role met an error that ends the QP: the engine moves it to ERR as
     /// soon as the role returns (`Engine::settle`), in one place.
     error_pending: bool,
+    /// The event the pending error raises, if a completion cannot report it.
+    error_event: Option<AsyncEvent>,
 }
 
 impl QpCore {
@@ -61,6 +63,7 @@ impl QpCore {
             udp_sport,
             peer_sport: None,
             error_pending: false,
+            error_event: None,
         }
     }
 
@@ -194,10 +197,21 @@ impl QpCore {
     }
 
     /// A role met an error that ends the QP (retry exhaustion, a fatal NAK,
-    /// a local protection error). The engine moves the QP to ERR when the
-    /// role returns.
+    /// a local protection error) and that a completion reports (the failed
+    /// WQE's status, the rest flushed): no async event (IBTA vol. 1
+    /// 10.10.2.3, errors are reported through completions where they can
+    /// be). The engine moves the QP to ERR when the role returns.
     pub fn raise_error(&mut self) {
         self.error_pending = true;
+    }
+
+    /// An error that ends the QP and that no completion can report (a
+    /// responder's invalid or protection-violating request: no receive WQE
+    /// carries it), so the affiliated asynchronous event `event` reports
+    /// it (IBTA vol. 1 11.6.3.1).
+    pub fn raise_error_event(&mut self, event: AsyncEvent) {
+        self.error_pending = true;
+        self.error_event.get_or_insert(event);
     }
 
     /// Completes the oldest unfinished send WQE with `status` and ends the
@@ -214,13 +228,21 @@ impl QpCore {
         std::mem::take(&mut self.error_pending)
     }
 
-    /// Moves to ERR (raising `QpFatal` once) and stops the timers; the
-    /// engine then has the roles drop their work and flushes the queues.
+    /// Moves to ERR and stops the timers; the engine then has the roles
+    /// drop their work and flushes the queues. The asynchronous event a
+    /// role raised with the error (`raise_error_event`) goes out once; an
+    /// error a completion reports, or the consumer's own move to ERR (a
+    /// flush, as UCX does at every teardown), raises none: "local work
+    /// queue catastrophic error" (`QpFatal`) is for what cannot be
+    /// reported otherwise.
     pub fn set_error_state(&mut self, res: &mut Res) {
         if self.state != QpState::Err {
             self.state = QpState::Err;
-            res.events.push_back(AsyncEvent::QpFatal(self.qpn));
+            if let Some(ev) = self.error_event.take() {
+                res.events.push_back(ev);
+            }
         }
+        self.error_event = None;
         self.timers.clear_all();
     }
 

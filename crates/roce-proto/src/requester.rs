@@ -413,8 +413,7 @@ impl Requester {
         if let Some(w) = q.wqe_mut(seq) {
             w.done = Some(status);
         }
-        res.events.push_back(AsyncEvent::QpReqErr(q.qpn));
-        q.raise_error();
+        q.raise_error_event(AsyncEvent::QpReqErr(q.qpn));
         Err(fault)
     }
 }

@@ -39,7 +39,9 @@ use crate::mr::LocalError;
 use crate::qp::QpCore;
 use crate::res::Res;
 use crate::time::Instant;
-use crate::verbs::{gid_to_bytes, Access, QpType, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV};
+use crate::verbs::{
+    gid_to_bytes, Access, AsyncEvent, QpType, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV,
+};
 use crate::wqe::RecvWqe;
 
 /// What the responder is in the middle of.
@@ -671,9 +673,19 @@ impl Responder {
                 }
             }
         }
-        let is_fatal_nak = matches!(item, RespItem::Ack { syndrome: Syndrome::Nak(c), .. } if c != NakCode::PsnSequenceError);
-        if is_fatal_nak && self.error_after_nak {
-            qp.raise_error();
+        if let RespItem::Ack { syndrome: Syndrome::Nak(c), .. } = item {
+            if c != NakCode::PsnSequenceError && self.error_after_nak {
+                // The responder's error reaches its consumer as the
+                // affiliated event of its kind (IBTA vol. 1 11.6.3.1):
+                // an invalid request, an access violation, or, for a
+                // remote operational error, a catastrophic one.
+                let qpn = qp.qpn;
+                qp.raise_error_event(match c {
+                    NakCode::InvalidRequest => AsyncEvent::QpReqErr(qpn),
+                    NakCode::RemoteAccessError => AsyncEvent::QpAccessErr(qpn),
+                    _ => AsyncEvent::QpFatal(qpn),
+                });
+            }
         }
         Some(hdr + n + roce_wire::packet::pad_for(n) + roce_wire::icrc::ICRC_LEN)
     }

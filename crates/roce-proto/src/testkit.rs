@@ -231,6 +231,12 @@ impl Pair {
     /// wire is idle. Stops after `max_steps` packets or when nothing is
     /// left to do.
     pub fn run_with(&mut self, mut filter: impl FnMut(usize, &[u8]) -> bool, max_steps: usize) {
+        self.run_timed(|_, s, b| filter(s, b), max_steps);
+    }
+
+    /// Like [`run_with`](Pair::run_with), the filter also seeing the clock
+    /// (a model of a receive buffer drains as time passes).
+    pub fn run_timed(&mut self, mut filter: impl FnMut(Instant, usize, &[u8]) -> bool, max_steps: usize) {
         let mut steps = 0;
         loop {
             let mut moved = false;
@@ -239,7 +245,7 @@ impl Pair {
                     let bytes = self.buf[..tx.len].to_vec();
                     steps += 1;
                     moved = true;
-                    if filter(s, &bytes) {
+                    if filter(self.now, s, &bytes) {
                         self.e[1 - s].handle_datagram(self.now, &tx.meta, &bytes);
                     }
                     self.trace.push((s, bytes));

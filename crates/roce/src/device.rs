@@ -109,6 +109,12 @@ impl Device {
         // datagram up to twice its payload, and the socket also carries
         // requests and ACKs): a READ burst never overruns our own socket.
         ecfg.rx_budget_bytes = (io.buffers().recv_granted as u64 / 4).max(64 << 10);
+        // SEND/WRITE bytes in flight unacknowledged, across all QPs, within
+        // the same quarter: a burst from many QPs (an incast) into a peer
+        // whose socket is as large as ours fits it, so no tail is lost to
+        // wait for the ACK timeout. Our own buffer stands for the peer's:
+        // a sender cannot see the peer's, and on one host they are alike.
+        ecfg.tx_budget_bytes = Some(ecfg.rx_budget_bytes);
         // A READ's missing tail is asked for again after 20 ms at the least:
         // a busy host (or a peer in an emulated VM) stalls a response stream
         // for several milliseconds without losing it, and a re-request then

@@ -60,6 +60,12 @@ fn devices() -> &'static DeviceTable {
     })
 }
 
+/// How many devices the library offers (`ibv_device::dev_name` is
+/// `uverbsN` for N below it).
+pub(crate) fn device_count() -> usize {
+    devices().devices.len()
+}
+
 /// The device whose `ibv_device` is at `d` (an address compared, never
 /// read).
 fn device_obj(d: *mut ibv_device) -> R<&'static DeviceObj> {
@@ -494,6 +500,40 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
         };
         Ok(())
     })
+}
+
+/// `ibv_query_gid_table`: every GID of every port, `entry_size` bytes
+/// apart (a larger caller's entries keep their tail). One port with one
+/// GID: returns 1, or `-EINVAL` (rdma-core's negative errno) for unknown
+/// flags, a short entry or no room.
+#[no_mangle]
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    ctx: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    let r = catch_unwind(|| -> R<isize> {
+        let c = unsafe { ctx_obj(ctx) }?;
+        if flags != 0 || entry_size < std::mem::size_of::<ibv_gid_entry>() || max_entries < 1 {
+            return Err(EINVAL);
+        }
+        let e = unsafe { entries.as_mut() }.ok_or(EINVAL)?;
+        *e = ibv_gid_entry {
+            gid: ibv_gid { raw: gid_of(c) },
+            gid_index: 0,
+            port_num: 1,
+            gid_type: IBV_GID_TYPE_ROCE_V2,
+            ndev_ifindex: 0,
+        };
+        Ok(1)
+    });
+    match r {
+        Ok(Ok(n)) => n,
+        Ok(Err(e)) => -(e as isize),
+        Err(_) => -(EIO as isize),
+    }
 }
 
 /// rdma-core's private `ibv_query_gid_type` (sysfs numbering).

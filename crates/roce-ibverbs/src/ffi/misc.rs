@@ -6,6 +6,7 @@ use libc::{EINVAL, EIO, ENOSYS, EOPNOTSUPP};
 
 use super::ret_minus1;
 use crate::abi::*;
+use crate::sys::set_errno;
 
 #[no_mangle]
 pub extern "C" fn ibv_fork_init() -> c_int {
@@ -204,4 +205,76 @@ pub unsafe extern "C" fn ibv_read_sysfs_file(
     } else {
         r
     }
+}
+
+/// `ibv_import_device`: a context from another process's command fd. As
+/// rdma-core: `EINVAL` unless `cmd_fd` is a character device, `ENODEV`
+/// when it is no device's (none of this library's devices has a kernel
+/// character device).
+#[no_mangle]
+pub extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
+    // SAFETY: fstat writes only the `stat` it is given.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::fstat(cmd_fd, &mut st) };
+    let chr = r == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFCHR;
+    set_errno(if chr { libc::ENODEV } else { EINVAL });
+    std::ptr::null_mut()
+}
+
+/// `ibv_import_pd`, `ibv_import_mr`, `ibv_import_dm`: objects shared
+/// through a kernel context, which this library's contexts are not (none
+/// can be imported): NULL with `EOPNOTSUPP`, rdma-core's answer for a
+/// provider without import (`dummy_ops.c`).
+#[no_mangle]
+pub extern "C" fn ibv_import_pd(_ctx: *mut ibv_context, _handle: u32) -> *mut ibv_pd {
+    set_errno(EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _handle: u32) -> *mut ibv_mr {
+    set_errno(EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+#[no_mangle]
+pub extern "C" fn ibv_import_dm(_ctx: *mut ibv_context, _handle: u32) -> *mut c_void {
+    set_errno(EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+/// The unimports: nothing was imported, so nothing is released (rdma-core's
+/// `dummy_ops.c` does the same).
+#[no_mangle]
+pub extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {}
+
+#[no_mangle]
+pub extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {}
+
+#[no_mangle]
+pub extern "C" fn ibv_unimport_dm(_dm: *mut c_void) {}
+
+/// `ibv_reg_dmabuf_mr`: registering a dma-buf needs a kernel importer
+/// (device memory behind a file descriptor), which the engine is not:
+/// NULL with `EOPNOTSUPP`, as rdma-core's `dummy_ops.c`.
+#[no_mangle]
+pub extern "C" fn ibv_reg_dmabuf_mr(
+    _pd: *mut ibv_pd,
+    _offset: u64,
+    _length: usize,
+    _iova: u64,
+    _fd: c_int,
+    _access: c_int,
+) -> *mut ibv_mr {
+    set_errno(EOPNOTSUPP);
+    std::ptr::null_mut()
+}
+
+/// `ibv_query_qp_data_in_order`: 0, "not guaranteed", rdma-core's answer
+/// where the provider does not say (`dummy_ops.c`). The engine places a
+/// message's packets in PSN order, but promises nothing about when the
+/// program's CPU sees the bytes before the completion.
+#[no_mangle]
+pub extern "C" fn ibv_query_qp_data_in_order(_qp: *mut ibv_qp, _op: c_int, _flags: u32) -> c_int {
+    0
 }

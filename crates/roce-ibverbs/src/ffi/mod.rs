@@ -8,7 +8,8 @@
 //! * `qp`: queue pairs; `wr`: reading and posting work requests;
 //! * `srq`: shared receive queues; `ah`: address handles and vectors;
 //! * `async_events`: a context's async events;
-//! * `misc`: fork support, string tables, verbs the device lacks.
+//! * `misc`: fork support, string tables, verbs the device lacks, the
+//!   import of kernel objects; `rates`: the static-rate conversions.
 //!
 //! This file holds what they share: the return conventions, the errno of
 //! each error, and the conversions from the program's pointers.
@@ -209,6 +210,8 @@ fn c_name<const N: usize>(s: &str) -> [c_char; N] {
     out
 }
 
+pub(crate) use context::device_count;
+
 mod ah;
 mod async_events;
 mod context;
@@ -216,5 +219,6 @@ mod cq;
 mod misc;
 mod pd_mr;
 mod qp;
+mod rates;
 mod srq;
 mod wr;

@@ -140,7 +140,8 @@ impl QpEntry {
 
     /// The one way into the error state (IBTA vol. 1 §10.3.1: every
     /// outstanding WQE completes with WR_FLUSH_ERR, the one that failed with
-    /// its own status): the state and the `QpFatal` event, the timers
+    /// its own status): the state and the event a role raised with the
+    /// error, if any (`QpCore::set_error_state`), the timers
     /// stopped, the roles' work dropped, both queues flushed.
     pub(super) fn enter_error(&mut self, res: &mut Res) {
         self.core.set_error_state(res);
@@ -248,7 +249,13 @@ impl QpEntry {
             }
         }
         if let Some(cap) = res.cfg.tx_budget_bytes {
-            if self.tx_charged > 0 && res.tx_unacked >= cap {
+            // The cap bounds new PSNs. A retransmission (after a timeout or
+            // a sequence NAK rewound the requester) resends PSNs already
+            // charged, and must go: held back, the QP would spend its
+            // retries without sending and fail with RETRY_EXC_ERR while
+            // every QP waits for ACKs that only the resends can bring.
+            let resending = self.req.psn().is_before(self.req.psn_hi());
+            if !resending && self.tx_charged > 0 && res.tx_unacked >= cap {
                 if self.req.wait_for_budget(res, self.core.qpn) {
                     res.counters.tx_budget_waits += 1;
                 }
