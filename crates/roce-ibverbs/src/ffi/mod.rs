@@ -214,6 +214,7 @@ pub(crate) use context::device_count;
 
 mod ah;
 mod async_events;
+mod cm;
 mod context;
 mod cq;
 mod misc;
