@@ -21,11 +21,21 @@
 //! each of them would re-send the READs every time, and a responder that
 //! starts its replay over on every repeated READ (rxe does) would never
 //! finish one. There can be at most one such response per PSN that was
-//! outstanding past the gap; more responses showing the same gap are
-//! answers to the restart whose first one was lost, and restart it again
-//! without waiting for the ACK timer. So does one that comes an eighth of
-//! the ACK timeout after the restart (a replay takes far less), so that
-//! recovering a gap costs no transport retry unless the link stays silent.
+//! outstanding past the gap. Those that continue the stream the responder
+//! was sending name a PSN above every response seen before them, and are
+//! stale however late they come. One behind the highest seen is stale soon
+//! after the restart (an eighth of the ACK timeout: a replay takes far
+//! less), and later too while it goes on above the last such response (a
+//! stream continuing past a loss of its own). One that steps back after
+//! that, or once more such responses come than can exist, starts a stream
+//! answering the restart whose first packet was lost, and restarts it again
+//! without waiting for the ACK timer, so that recovering a gap costs no
+//! transport retry unless the link stays silent. While the old stream drains (a READ of megabytes from a slow responder
+//! drains for a long time before the responder turns to the repeated
+//! request) the responder is plainly answering, so its responses keep the
+//! ACK timer from expiring, without counting as progress; once the
+//! responses in order pass the highest stale one, the gap is closed and the
+//! next gap is a new loss.
 //!
 //! A READ whose responses stop before its end (the last one came, more
 //! were asked for, and nothing follows for `READ_TAIL_RTTS` smoothed round
@@ -44,7 +54,7 @@
 
 use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
-use crate::limits::{GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_REREQUESTS, READ_TAIL_RTTS};
+use crate::limits::{GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS};
 use crate::qp::QpCore;
 use crate::requester::Requester;
 use crate::res::Res;
@@ -60,6 +70,12 @@ struct GapRetry {
     /// Responses from before the restart that may still arrive (one per
     /// PSN that was outstanding past `at`).
     stale: u32,
+    /// The highest response PSN seen, before the restart or since: the
+    /// stream from before it continues above.
+    hi: Psn,
+    /// The last response behind `hi` since the restart: a response below
+    /// it starts another stream.
+    last: Psn,
     /// When; a repeat is allowed after a fraction of the ACK timeout.
     when: Instant,
 }
@@ -77,6 +93,13 @@ pub(crate) struct Completer {
     /// before the next one (see the module docs).
     tail_left: u8,
     tail_wait: Duration,
+    /// The highest response PSN received (not a duplicate), once any was.
+    last_rsp: Option<Psn>,
+    /// When the last READ response was placed, and the longest pause
+    /// between two responses of one READ request lately (see
+    /// `read_progress`).
+    last_read_at: Option<Instant>,
+    read_gap: Duration,
 }
 
 /// Result of acknowledging everything before a PSN.
@@ -96,6 +119,8 @@ struct Ctx<'a> {
     now: Instant,
     /// The QP's smoothed round-trip time, once measured.
     srtt: Option<Duration>,
+    /// The PSN of the response being handled (none for a timer).
+    rsp_psn: Option<Psn>,
 }
 
 impl Completer {
@@ -164,7 +189,7 @@ impl Completer {
         }) else {
             return;
         };
-        let mut c = Ctx { req, q, res, now, srtt };
+        let mut c = Ctx { req, q, res, now, srtt, rsp_psn: Some(psn) };
         match info.operation {
             Operation::Acknowledge => match aeth.syndrome {
                 Syndrome::Ack { .. } => self.on_ack(&mut c, psn),
@@ -186,6 +211,9 @@ impl Completer {
             Operation::AtomicAcknowledge => self.on_atomic_ack(&mut c, psn, pkt.ext.atomic_ack.unwrap_or(0)),
             _ => c.res.counters.unexpected_response_dropped += 1,
         }
+        if self.last_rsp.is_none_or(|l| psn.is_after(l)) {
+            self.last_rsp = Some(psn);
+        }
         // Responses to what was sent before a rewind may acknowledge past the
         // point the requester went back to: continue from there.
         if c.q.state != QpState::Err && c.req.psn().is_before(self.psn) {
@@ -202,7 +230,7 @@ impl Completer {
         res: &mut Res,
         now: Instant,
     ) {
-        let mut c = Ctx { req, q, res, now, srtt: None };
+        let mut c = Ctx { req, q, res, now, srtt: None, rsp_psn: None };
         match kind {
             TimerKind::Rnr => self.rearm(&mut c),
             TimerKind::Ack => self.on_ack_timeout(&mut c),
@@ -221,11 +249,23 @@ impl Completer {
     }
 
     /// A READ response was placed: the tail timer starts over with a full
-    /// set of re-requests, if more responses are expected.
-    fn read_progress(&mut self, c: &mut Ctx<'_>) {
+    /// set of re-requests, if more responses are expected. A responder
+    /// may pause inside one READ's stream (a busy or emulated host): the
+    /// wait is also `READ_TAIL_GAPS` times the longest pause seen lately
+    /// between two responses of one request (`continues`: this response is
+    /// not a request's first), which halves at every request's first
+    /// response, so a pause of that kind is not taken for a lost tail.
+    fn read_progress(&mut self, c: &mut Ctx<'_>, continues: bool) {
+        if let Some(prev) = self.last_read_at.filter(|_| continues) {
+            self.read_gap = self.read_gap.max(c.now.saturating_duration_since(prev));
+        } else if !continues {
+            self.read_gap = Duration(self.read_gap.0 / 2);
+        }
+        self.last_read_at = Some(c.now);
         let floor = c.res.cfg.read_tail_floor;
         let rtts = c.srtt.map_or(Duration::ZERO, |r| Duration(r.0.saturating_mul(READ_TAIL_RTTS)));
-        self.tail_wait = floor.max(rtts);
+        let gaps = Duration(self.read_gap.0.saturating_mul(READ_TAIL_GAPS));
+        self.tail_wait = floor.max(rtts).max(gaps);
         self.tail_left = READ_TAIL_REREQUESTS;
         self.arm_read_tail(c);
     }
@@ -278,6 +318,7 @@ impl Completer {
         }
         self.retry_left -= 1;
         c.res.counters.completer_retry_err += 1;
+        self.last_read_at = None;
         c.req.rewind(c.q, c.res, self.psn, self.psn);
         self.rearm(c);
     }
@@ -305,6 +346,7 @@ impl Completer {
     fn progress(&mut self, c: &mut Ctx<'_>) {
         self.retry_left = c.q.attr.retry_cnt;
         self.rnr_retry_left = c.q.attr.rnr_retry;
+        self.close_gap();
         self.rearm(c);
     }
 
@@ -319,8 +361,10 @@ impl Completer {
     }
 
     /// Restarts transmission at `at`: the requester goes back, the ACK
-    /// timer starts over.
+    /// timer starts over. The pause until the answer is recovery, not the
+    /// responder's own (`read_progress` does not measure it).
     fn restart(&mut self, c: &mut Ctx<'_>, at: Psn) {
+        self.last_read_at = None;
         c.req.rewind(c.q, c.res, self.psn, at);
         self.rearm(c);
     }
@@ -329,10 +373,29 @@ impl Completer {
     /// unless that restart was already made (see the module docs).
     fn gap_retry(&mut self, c: &mut Ctx<'_>, at: Psn) {
         let patience = ack_timeout(c.q.attr.timeout).map(|d| Duration(d.0 / GAP_RETRY_TIMEOUT_DIVISOR));
-        if let Some(g) = &mut self.gap_retry {
-            let recent = patience.is_none_or(|p| c.now < g.when + p);
-            if g.at == at && g.stale > 0 && recent {
+        if let (Some(g), Some(p)) = (&mut self.gap_retry, c.rsp_psn) {
+            if g.stale > 0 && !at.is_before(g.at) && p.is_after(g.hi) {
+                // The stream from before the restart, still draining: it
+                // names PSNs above every response seen, at or past the gap
+                // (the restart's answers may have moved the gap on since).
                 g.stale -= 1;
+                g.hi = p;
+                c.res.counters.out_of_seq_response += 1;
+                self.rearm(c);
+                if self.tail_left > 0 {
+                    self.arm_read_tail(c);
+                }
+                return;
+            }
+            let recent = patience.is_none_or(|d| c.now < g.when + d);
+            let new_stream = !p.is_after(g.last);
+            if g.stale > 0 && g.at == at && (recent || !new_stream) {
+                // Behind the highest one seen: soon after the restart, a
+                // response of an earlier stream still on its way; later, a
+                // stream that goes on past a loss of its own (it repeats
+                // nothing it sent), which the restart already covers.
+                g.stale -= 1;
+                g.last = p;
                 c.res.counters.out_of_seq_response += 1;
                 return;
             }
@@ -344,7 +407,18 @@ impl Completer {
     /// Records a restart of transmission at `at` caused by a response gap.
     fn restarted_at(&mut self, c: &Ctx<'_>, at: Psn) {
         let stale = c.req.psn_hi().distance(at).max(0) as u32;
-        self.gap_retry = Some(GapRetry { at, stale, when: c.now });
+        let seen =
+            [self.last_rsp, c.rsp_psn].into_iter().flatten().reduce(|a, b| if b.is_after(a) { b } else { a });
+        let hi = seen.filter(|s| !s.is_before(at)).unwrap_or(at.sub(1));
+        self.gap_retry = Some(GapRetry { at, stale, hi, last: at, when: c.now });
+    }
+
+    /// Responses in order have passed every stale one: the gap is closed,
+    /// and a later gap is a new loss.
+    fn close_gap(&mut self) {
+        if self.gap_retry.is_some_and(|g| self.psn.is_after(g.hi)) {
+            self.gap_retry = None;
+        }
     }
 
     /// Acknowledges every request PSN before `psn` (exclusive): retires the
@@ -503,7 +577,7 @@ impl Completer {
             self.retire(c);
         }
         self.progress(c);
-        self.read_progress(c);
+        self.read_progress(c, !info.position.starts_message());
     }
 
     fn on_atomic_ack(&mut self, c: &mut Ctx<'_>, psn: Psn, orig: u64) {

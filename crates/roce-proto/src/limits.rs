@@ -36,6 +36,15 @@ pub const READ_TAIL_FLOOR: crate::time::Duration = crate::time::Duration::from_m
 /// round trips without a response (or `read_tail_floor`, if longer).
 pub const READ_TAIL_RTTS: u64 = 4;
 
+/// A response gap below the highest response seen restarts transmission at
+/// most once per this fraction of the local ACK timeout unless more stale
+/// responses arrive than can exist (see `completer`).
+pub const GAP_RETRY_TIMEOUT_DIVISOR: u64 = 8;
+
+/// A stalled READ's tail is asked for again no sooner than this many times
+/// the longest pause lately between two responses of one READ request.
+pub const READ_TAIL_GAPS: u64 = 8;
+
 /// Re-requests of a stalled READ's tail without any response in between;
 /// after them the local ACK timeout decides.
 pub const READ_TAIL_REREQUESTS: u8 = 3;
@@ -64,11 +73,6 @@ pub const MAX_MSG_SIZE: u64 = 1 << 31;
 
 /// The MTU of UD QPs: one packet per message, up to the largest IB MTU.
 pub const UD_MTU: usize = 4096;
-
-/// A response gap restarts transmission at most once per this fraction of
-/// the local ACK timeout unless more stale responses arrive than can exist
-/// (see `completer`).
-pub const GAP_RETRY_TIMEOUT_DIVISOR: u64 = 8;
 
 /// QPNs 0 and 1 are the special QPs (SMI, GSI); QPNs are 24 bits.
 pub const QPN_MASK: u32 = 0x00ff_ffff;

@@ -18,12 +18,16 @@ fn pattern(n: usize, salt: u8) -> Vec<u8> {
 /// of `rx_cap` bytes, of which the engine takes `drain` per tick; one that
 /// does not fit is dropped, as the kernel drops a datagram beyond
 /// `SO_RCVBUF`. B sends `line` datagrams per tick; each way takes `delay`
-/// ticks. A tick is a microsecond.
+/// ticks. A tick is a microsecond. B's `n`-th datagram (from 1) is lost
+/// on the way if `n` is in `lose`, and B falls silent for `t` ticks after
+/// its `n`-th for each `(n, t)` of `pauses` (a busy or emulated host).
 struct Link {
     rx_cap: usize,
     drain: usize,
     line: usize,
     delay: u64,
+    lose: &'static [usize],
+    pauses: &'static [(usize, u64)],
 }
 
 #[derive(Default)]
@@ -48,6 +52,8 @@ fn run_link(p: &mut Pair, link: &Link, wqes: usize, wcs: &mut Vec<Wc>, max_ticks
     let mut to_a: VecDeque<(u64, DatagramMeta, Vec<u8>)> = VecDeque::new();
     let mut socket: VecDeque<(DatagramMeta, Vec<u8>)> = VecDeque::new();
     let mut queued = 0usize;
+    let mut sent_b = 0usize;
+    let mut silent_until = 0u64;
     for tick in 0..max_ticks {
         p.now = Instant::from_nanos(tick * TICK_NS);
         let now = p.now;
@@ -60,8 +66,17 @@ fn run_link(p: &mut Pair, link: &Link, wqes: usize, wcs: &mut Vec<Wc>, max_ticks
             to_b.push_back((tick + link.delay, tx.meta, buf[..tx.len].to_vec()));
         }
         for _ in 0..link.line {
+            if tick < silent_until {
+                break;
+            }
             let Some(tx) = p.e[B].poll_transmit(now, &mut buf) else { break };
-            to_a.push_back((tick + link.delay, tx.meta, buf[..tx.len].to_vec()));
+            sent_b += 1;
+            if let Some(&(_, t)) = link.pauses.iter().find(|(n, _)| *n == sent_b) {
+                silent_until = tick + t;
+            }
+            if !link.lose.contains(&sent_b) {
+                to_a.push_back((tick + link.delay, tx.meta, buf[..tx.len].to_vec()));
+            }
         }
         while to_b.front().is_some_and(|(t, ..)| *t <= tick) {
             let (_, meta, bytes) = to_b.pop_front().expect("front");
@@ -153,7 +168,7 @@ impl Reads {
 /// A receive buffer of 512 KiB drained at 1 datagram per microsecond
 /// behind a sender of 4 per microsecond (a receiving driver slower than
 /// the link, as on one host).
-const SLOW_RX: Link = Link { rx_cap: 512 << 10, drain: 1, line: 4, delay: 5 };
+const SLOW_RX: Link = Link { rx_cap: 512 << 10, drain: 1, line: 4, delay: 5, lose: &[], pauses: &[] };
 
 #[test]
 fn a_read_burst_stays_within_the_budget_and_loses_nothing() {
@@ -294,4 +309,41 @@ fn a_large_read_is_asked_for_in_chunks_whose_psns_follow_each_other() {
     // A sends four requests, the budget, before B answers any: the fifth
     // waits for room.
     assert!(r.p.e[A].counters().read_budget_waits > 0);
+}
+
+/// A responder that pauses inside a READ's stream (rxe in an emulated VM
+/// does, for tens of milliseconds): a pause a little longer than the
+/// floor, after shorter ones, is a pause, not a lost tail. 1 MiB at MTU
+/// 1024, one packet per microsecond, floor 200 us; B pauses 150 us after
+/// its 300th response, then 400 us after its 600th. Learning the first
+/// pause sets the wait to 8 x 150 us, so the second asks for nothing again.
+#[test]
+fn a_responder_that_pauses_is_not_taken_for_a_lost_tail() {
+    const PAUSING: Link =
+        Link { rx_cap: 64 << 20, drain: 4, line: 1, delay: 5, lose: &[], pauses: &[(300, 150), (600, 400)] };
+    let mut r = reads(config(64 << 20, 200), PathMtu::Mtu1024, 1, 1, 1 << 20, 16);
+    let mut wcs = Vec::new();
+    run_link(&mut r.p, &PAUSING, r.n, &mut wcs, 1_000_000);
+    r.check(&wcs);
+    let (a, b) = (r.p.e[A].counters(), r.p.e[B].counters());
+    assert_eq!((a.read_tail_rerequests, a.completer_retry_err, b.duplicate_request), (0, 0, 0), "{a:?}");
+}
+
+/// One response lost early in a long READ from a slow responder: the gap
+/// is asked for once, and the responder, which answers the repeated
+/// request after the rest of the first stream (rxe does so, and so does
+/// this engine), keeps sending that stream for longer than the ACK
+/// timeout. Those responses are stale, however late, and they show the
+/// responder alive: no second request, no transport retry. 2 MiB at MTU
+/// 1024 (2,048 responses), one per microsecond; the 100th is lost; ACK
+/// timeout ~1 ms.
+#[test]
+fn a_long_stale_stream_after_a_gap_asks_once_and_spends_no_retry() {
+    const SLOW: Link = Link { rx_cap: 64 << 20, drain: 4, line: 1, delay: 5, lose: &[100], pauses: &[] };
+    let mut r = reads(config(64 << 20, 200), PathMtu::Mtu1024, 1, 1, 2 << 20, 8);
+    let mut wcs = Vec::new();
+    run_link(&mut r.p, &SLOW, r.n, &mut wcs, 1_000_000);
+    r.check(&wcs);
+    let (a, b) = (r.p.e[A].counters(), r.p.e[B].counters());
+    assert_eq!((b.duplicate_request, a.completer_retry_err, a.read_tail_rerequests), (1, 0, 0), "{a:?}");
 }
