@@ -122,6 +122,20 @@ pub struct FlowSpec {
     pub start_ps: Time,
     #[serde(default)]
     pub op: FlowOp,
+    /// The flow's destination port as HPCC's flow lists give it, written
+    /// in `fct.txt`'s dport column (the packets themselves go to UDP port
+    /// 4791). Default [`HPCC_FLOW_DPORT`].
+    #[serde(default = "default_flow_dport")]
+    pub dport: u16,
+}
+
+/// The destination port HPCC's traffic generator (`traffic_gen.py`) writes
+/// for every flow, and the one its `analysis/fct_analysis.py` selects by
+/// default (`$4 == 100`; its incast mode selects 200).
+pub const HPCC_FLOW_DPORT: u16 = 100;
+
+fn default_flow_dport() -> u16 {
+    HPCC_FLOW_DPORT
 }
 
 /// How a frame's size on the wire is counted.

@@ -54,6 +54,7 @@
 //! start = "10us"             # default 0
 //! priority = 3               # default 3
 //! op = "write"               # or "send"; default write
+//! dport = 100                # fct.txt's dport (HPCC's flow-list port); default 100
 //!
 //! [[incast]]                 # one flow from each sender to the receiver
 //! senders = ["h1..h7"]       # or a count: the first N hosts other than the receiver
@@ -63,6 +64,7 @@
 //! stagger = "1us"            # optional: sender k starts k x stagger later
 //! priority = 3
 //! op = "write"
+//! dport = 100
 //!
 //! [switch]                   # every key optional: default SwitchConfig::hpcc()
 //! buffer = "32MiB"

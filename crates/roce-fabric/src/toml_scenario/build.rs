@@ -154,6 +154,7 @@ pub(super) fn build(text: &str, default_name: Option<String>) -> Result<Scenario
                 .transpose()?
                 .unwrap_or(0),
             op: fl.op.unwrap_or_default(),
+            dport: fl.dport.unwrap_or(HPCC_FLOW_DPORT),
         });
     }
     for (i, ic) in f.incast.iter().enumerate() {
@@ -210,6 +211,7 @@ pub(super) fn build(text: &str, default_name: Option<String>) -> Result<Scenario
                 size,
                 start_ps: start + stagger * k as u64,
                 op: ic.op.unwrap_or_default(),
+                dport: ic.dport.unwrap_or(HPCC_FLOW_DPORT),
             });
         }
     }

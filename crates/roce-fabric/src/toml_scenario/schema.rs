@@ -119,6 +119,8 @@ pub(super) struct Flow {
     pub(super) priority: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) op: Option<FlowOp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dport: Option<u16>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -142,6 +144,8 @@ pub(super) struct Incast {
     pub(super) priority: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) op: Option<FlowOp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dport: Option<u16>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -39,6 +39,7 @@ size = "1MiB"
 start = "10us"
 priority = 5
 op = "send"
+dport = 200
 
 [[incast]]
 senders = 2
@@ -138,16 +139,26 @@ fn every_field_reaches_the_scenario() {
                 priority: 5,
                 size: 1 << 20,
                 start_ps: 10 * PS_PER_US,
-                op: FlowOp::Send
+                op: FlowOp::Send,
+                dport: 200,
             },
-            FlowSpec { src: 0, dst: 3, priority: 3, size: 4096, start_ps: PS_PER_US, op: FlowOp::Write },
+            FlowSpec {
+                src: 0,
+                dst: 3,
+                priority: 3,
+                size: 4096,
+                start_ps: PS_PER_US,
+                op: FlowOp::Write,
+                dport: HPCC_FLOW_DPORT,
+            },
             FlowSpec {
                 src: 1,
                 dst: 3,
                 priority: 3,
                 size: 4096,
                 start_ps: PS_PER_US + 250_000,
-                op: FlowOp::Write
+                op: FlowOp::Write,
+                dport: HPCC_FLOW_DPORT,
             },
         ]
     );

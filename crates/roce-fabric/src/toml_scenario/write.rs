@@ -69,6 +69,7 @@ pub fn to_toml(s: &Scenario) -> String {
                 start: (f.start_ps != 0).then(|| fmt_time(f.start_ps)),
                 priority: Some(f.priority),
                 op: (f.op != FlowOp::Write).then_some(f.op),
+                dport: (f.dport != HPCC_FLOW_DPORT).then_some(f.dport),
             })
             .collect(),
         incast: Vec::new(),
