@@ -200,6 +200,20 @@ pub struct EcnRule {
     pub pmax: f64,
 }
 
+/// Headroom a port of one rate class gets beyond its cable's
+/// ([`SwitchConfig::headroom_rtts`] x rate x one-way delay): what IEEE
+/// 802.1Qbb's headroom adds to the round trip on the cable — the largest
+/// frame the switch may be sending when it decides XOFF, the PFC frame,
+/// the interface delays, the peer's response time and the largest frame
+/// the peer may be sending when the XOFF arrives — as `roce fabric plan`
+/// computes it (`plan::headroom`). The rule with the nearest rate at or
+/// above the port's wins, the last one otherwise (as [`EcnRule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadroomRule {
+    pub rate_bps: u64,
+    pub extra_bytes: u64,
+}
+
 /// Egress scheduling among the 8 priorities of a port. PFC frames always
 /// go first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -221,8 +235,12 @@ pub struct SwitchConfig {
     /// Bytes reserved per ingress (port, priority).
     pub reserve_bytes: u64,
     /// Headroom per ingress port: `headroom_rtts` x rate x one-way delay
-    /// of its link (HPCC: 3), at least one maximum frame.
+    /// of its link (HPCC: 3), plus the port's [`HeadroomRule`] if any, at
+    /// least one maximum frame ([`SwitchConfig::headroom_bytes`]).
     pub headroom_rtts: f64,
+    /// Headroom beyond the cable's, per port rate (none: HPCC's model).
+    #[serde(default)]
+    pub headroom_extra: Vec<HeadroomRule>,
     pub pfc: PfcThreshold,
     /// Priorities that are lossless (PFC-enabled), as a bit mask.
     pub lossless_mask: u8,
@@ -387,7 +405,23 @@ impl SwitchConfig {
             ],
             scheduling: Scheduling::Strict,
             pause_quanta: None,
+            headroom_extra: Vec::new(),
         }
+    }
+
+    /// The headroom of an ingress port of `rate_bps` whose link has a
+    /// one-way delay of `delay_ps`: `headroom_rtts` x rate x delay plus the
+    /// [`HeadroomRule`] for the rate, at least `max_frame` bytes.
+    pub fn headroom_bytes(&self, rate_bps: u64, delay_ps: Time, max_frame: u64) -> u64 {
+        let cable = self.headroom_rtts * (rate_bps as f64 / 8.0) * (delay_ps as f64 / PS_PER_S as f64);
+        let extra = self
+            .headroom_extra
+            .iter()
+            .filter(|r| r.rate_bps >= rate_bps)
+            .min_by_key(|r| r.rate_bps)
+            .or(self.headroom_extra.last())
+            .map_or(0, |r| r.extra_bytes);
+        (cable as u64 + extra).max(max_frame)
     }
 }
 

@@ -78,6 +78,9 @@
 //! pause_quanta = 65535       # XOFF pause time (512-bit quanta), refreshed;
 //!                            # absent: XOFF/XON without a timer (HPCC)
 //! # or { kind = "dynamic", base_shift = 3, base_rate = "100G", resume_offset = "3KiB" }
+//! [[switch.headroom_extra]]  # headroom beyond headroom_rtts x rate x delay
+//! rate = "100G"              # for ports of this rate (nearest at or above,
+//! bytes = "41KB"             # as ECN rules); default none (HPCC's model)
 //! [[switch.ecn_rules]]       # replaces the default rules; ascending rates
 //! rate = "100G"
 //! kmin = "400KB"

@@ -482,6 +482,16 @@ pub(super) fn switch_config(s: &SwitchT) -> Result<SwitchConfig, ScenarioError> 
             });
         }
     }
+    if let Some(rules) = &s.headroom_extra {
+        c.headroom_extra = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let key = format!("switch.headroom_extra[{i}]");
+            c.headroom_extra.push(HeadroomRule {
+                rate_bps: rate(&format!("{key}.rate"), &r.rate)?,
+                extra_bytes: size(&format!("{key}.bytes"), &r.bytes)?,
+            });
+        }
+    }
     Ok(c)
 }
 

@@ -59,6 +59,10 @@ scheduling = "dwrr"
 dwrr_weights = [0, 1, 2, 3, 4, 5, 6, 7]
 pfc_threshold = { kind = "dynamic", base_shift = 2, base_rate = "25G", resume_offset = "1KB" }
 
+[[switch.headroom_extra]]
+rate = "25G"
+bytes = "31.25KB"
+
 [[switch.ecn_rules]]
 rate = "25G"
 kmin = "5KB"
@@ -175,6 +179,7 @@ fn every_field_reaches_the_scenario() {
             ecn: vec![EcnRule { rate_bps: 25_000_000_000, kmin: 5000, kmax: 200_000, pmax: 0.01 }],
             scheduling: Scheduling::Dwrr { weights: [0, 1, 2, 3, 4, 5, 6, 7] },
             pause_quanta: None,
+            headroom_extra: vec![HeadroomRule { rate_bps: 25_000_000_000, extra_bytes: 31_250 }],
         }
     );
     assert_eq!(

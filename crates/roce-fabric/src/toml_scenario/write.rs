@@ -84,6 +84,12 @@ pub fn to_toml(s: &Scenario) -> String {
             dwrr_weights,
             pfc_threshold: Some(PfcT { kind: kind.into(), xoff, xon, base_shift, base_rate, resume_offset }),
             pause_quanta: sw.pause_quanta,
+            headroom_extra: (!sw.headroom_extra.is_empty()).then(|| {
+                sw.headroom_extra
+                    .iter()
+                    .map(|r| HeadroomT { rate: fmt_rate(r.rate_bps), bytes: fmt_size(r.extra_bytes) })
+                    .collect()
+            }),
             ecn_rules: Some(
                 sw.ecn
                     .iter()
