@@ -187,6 +187,14 @@ pub enum PfcThreshold {
     Dynamic { base_shift: u32, base_rate_bps: u64, resume_offset: u64 },
 }
 
+/// The shift of a port of `rate_bps` under a dynamic threshold: `base_shift`
+/// at `base_rate_bps`, one less per doubling of the rate (rounded), within
+/// 0..=31 (HPCC's MMU: alpha 1/8 at the NIC rate, 1/2 at 4 times it).
+pub fn dynamic_shift(base_shift: u32, base_rate_bps: u64, rate_bps: u64) -> u32 {
+    let doublings = (rate_bps as f64 / base_rate_bps as f64).log2().round() as i64;
+    (base_shift as i64 - doublings).clamp(0, 31) as u32
+}
+
 /// RED-style ECN marking of one port rate class (IEEE/DCQCN CP): mark CE
 /// with probability 0 below `kmin` bytes of egress queue, `pmax` scaled
 /// linearly up to `kmax`, 1 above `kmax`. Decided at dequeue.

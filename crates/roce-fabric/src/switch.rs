@@ -18,7 +18,7 @@
 //!   plus the rule of `headroom_extra` for its rate (the IEEE terms
 //!   beyond the cable a PFC plan adds), at least one largest frame.
 
-use crate::scenario::{PfcThreshold, SwitchConfig, Time, PRIORITIES};
+use crate::scenario::{dynamic_shift, PfcThreshold, SwitchConfig, Time, PRIORITIES};
 
 pub struct Mmu {
     nports: usize,
@@ -32,6 +32,10 @@ pub struct Mmu {
     hdrm: Vec<[u64; PRIORITIES]>,
     shared_used: u64,
     paused: Vec<u8>,
+    /// Per port: the most headroom bytes one priority held, and the frames
+    /// refused for want of buffer (for the report).
+    hdrm_peak: Vec<u64>,
+    refused: Vec<u64>,
     pfc: PfcThreshold,
     /// Per egress port: (Kmin, Kmax, Pmax) of the ECN rule for its rate.
     pub ecn: Vec<(u64, u64, f64)>,
@@ -48,8 +52,7 @@ impl Mmu {
             .iter()
             .map(|&(rate, _)| match cfg.pfc {
                 PfcThreshold::Dynamic { base_shift, base_rate_bps, .. } => {
-                    let doublings = (rate as f64 / base_rate_bps as f64).log2().round() as i64;
-                    (base_shift as i64 - doublings).clamp(0, 31) as u32
+                    dynamic_shift(base_shift, base_rate_bps, rate)
                 }
                 PfcThreshold::Static { .. } => 0,
             })
@@ -81,6 +84,8 @@ impl Mmu {
             hdrm: vec![[0; PRIORITIES]; n],
             shared_used: 0,
             paused: vec![0; n],
+            hdrm_peak: vec![0; n],
+            refused: vec![0; n],
             pfc: cfg.pfc,
             ecn,
         }
@@ -123,6 +128,7 @@ impl Mmu {
             self.ingress[p][qi] = new;
         } else if new - self.reserve > self.threshold(p) {
             self.hdrm[p][qi] += size;
+            self.hdrm_peak[p] = self.hdrm_peak[p].max(self.hdrm[p][qi]);
         } else {
             self.ingress[p][qi] = new;
             self.shared_used += size.min(new - self.reserve);
@@ -175,6 +181,17 @@ impl Mmu {
 
     pub fn nports(&self) -> usize {
         self.nports
+    }
+
+    /// Counts a frame from ingress `p` that [`Mmu::admit`] refused.
+    pub fn refuse(&mut self, p: usize) {
+        self.refused[p] += 1;
+    }
+
+    /// Per port: (headroom, the most of it one priority held, frames
+    /// refused).
+    pub fn headroom_use(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..self.nports).map(|p| (self.headroom[p], self.hdrm_peak[p], self.refused[p]))
     }
 
     /// Bytes of the shared pool in use.
