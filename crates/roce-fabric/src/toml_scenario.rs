@@ -151,6 +151,21 @@ use crate::scenario::Scenario;
 pub use crate::scenario::ScenarioError;
 pub use write::to_toml;
 
+/// A size as the format writes it (`"32MiB"`, `"1.5MB"`, or bare bytes
+/// `"4096"`), for command lines; `key` names it in the error.
+pub fn parse_size(key: &str, text: &str) -> Result<u64, ScenarioError> {
+    match text.trim().parse::<u64>() {
+        Ok(v) => Ok(v),
+        Err(_) => units::size(key, &units::Qty::Text(text.to_string())),
+    }
+}
+
+/// A duration as the format writes it (`"1.5us"`, `"2ms"`); `key` names
+/// it in the error.
+pub fn parse_duration(key: &str, text: &str) -> Result<crate::scenario::Time, ScenarioError> {
+    units::duration(key, &units::Qty::Text(text.to_string()))
+}
+
 /// Reads a scenario from TOML text (see the module documentation).
 pub fn from_str(s: &str) -> Result<Scenario, ScenarioError> {
     build::build(s, None)
