@@ -37,7 +37,7 @@ use crate::toml_scenario;
 use headroom::{largest_frame, HeadroomTerms};
 
 /// What a plan is made for, besides the topology.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PlanInput {
     /// IB path MTU of the NICs (256, 512, 1024, 2048 or 4096).
     pub mtu: u32,
@@ -49,6 +49,9 @@ pub struct PlanInput {
     /// plan fail its check).
     pub headroom_scale: f64,
     pub framing: Framing,
+    /// The NICs' DCQCN parameter set (`hpcc`, `nvidia` or `paper`; the
+    /// steps are scaled to the NIC rate in each).
+    pub dcqcn_set: String,
 }
 
 /// Why no plan can be made.
@@ -64,6 +67,8 @@ pub enum PlanError {
     BadScale(f64),
     #[error("no lossless priority: PFC has nothing to protect")]
     NoLossless,
+    #[error("DCQCN set {0:?}: expected hpcc, nvidia or paper")]
+    DcqcnSet(String),
     #[error(
         "switch {switch}: its ports' headroom and reserves take {needed} bytes, its buffer has {buffer}: \
          no shared buffer is left"
@@ -184,6 +189,9 @@ pub fn plan(topology: &Scenario, input: &PlanInput) -> Result<Plan, PlanError> {
     }
     if input.lossless_mask == 0 {
         return Err(PlanError::NoLossless);
+    }
+    if roce_proto::cc::DcqcnParams::named(&input.dcqcn_set).is_err() {
+        return Err(PlanError::DcqcnSet(input.dcqcn_set.clone()));
     }
     validate(topology)?;
     let hosts: Vec<NodeId> = topology.hosts().collect();
@@ -329,11 +337,11 @@ pub fn plan(topology: &Scenario, input: &PlanInput) -> Result<Plan, PlanError> {
     let mut nic = NicConfig::hpcc();
     nic.mtu = input.mtu;
     nic.cc = "dcqcn".into();
-    nic.dcqcn_set = rules::DCQCN_SET.into();
+    nic.dcqcn_set = input.dcqcn_set.to_lowercase();
     nic.dcqcn_params = rules::dcqcn_params(nic_rate_bps);
     Ok(Plan {
         name: topology.name.clone(),
-        input: *input,
+        input: input.clone(),
         hosts: hosts.len(),
         switches: ports.len(),
         nic_rate_bps,

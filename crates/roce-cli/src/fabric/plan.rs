@@ -78,6 +78,10 @@ pub struct PlanArgs {
     /// Arrivals over this long for --cdf, e.g. 1ms.
     #[arg(long, value_name = "TIME", default_value = "1ms", requires = "cdf")]
     pub duration: String,
+    /// The NICs' DCQCN parameter set: hpcc (the HPCC artifact's), nvidia
+    /// (ConnectX firmware defaults) or paper; steps scaled to the NIC rate.
+    #[arg(long, value_name = "SET", default_value = roce_fabric::plan::rules::DCQCN_SET)]
+    pub dcqcn_set: String,
     /// Seed of the generated workload and the simulations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -124,6 +128,7 @@ fn plan_input(args: &PlanArgs, scn: &Scenario, ours: bool) -> Result<PlanInput, 
         lossless_mask,
         headroom_scale: args.headroom_scale,
         framing: scn.framing,
+        dcqcn_set: args.dcqcn_set.clone(),
     })
 }
 
@@ -142,6 +147,11 @@ fn workload(args: &PlanArgs, planned: &Scenario) -> Result<Option<Workload>, Fab
                 dport: f.dport,
             })
             .collect();
+        // From time 0 (HPCC's lists start at 2 s), the gaps kept.
+        let first = flows.iter().map(|f| f.start_ps).min().unwrap_or(0);
+        for f in &mut flows {
+            f.start_ps -= first;
+        }
         let all = flows.len();
         if let Some(n) = args.max_flows {
             flows.truncate(n);

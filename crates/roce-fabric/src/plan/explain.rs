@@ -172,15 +172,16 @@ impl fmt::Display for Plan {
                 let c = &self.classes[t.class];
                 writeln!(
                     f,
-                    "    ingress from {} ({} x {}): alpha {}; XOFF {} with one congested queue, {} with every lossless queue congested; XON {} / {}",
+                    "    ingress from {} ({} x {}): alpha {}; XOFF at {} B with one congested queue, {} B with every lossless queue congested; XON {} B below: {} B / {} B",
                     if c.facing_host { "hosts" } else { "switches" },
                     t.ports,
                     fmt_rate(c.rate_bps),
                     alpha_text(c.alpha),
-                    fmt_bytes(t.xoff_one),
-                    fmt_bytes(t.xoff_all),
-                    fmt_bytes(t.xon_one),
-                    fmt_bytes(t.xon_all)
+                    t.xoff_one,
+                    t.xoff_all,
+                    t.xoff_one - t.xon_one,
+                    t.xon_one,
+                    t.xon_all
                 )?;
             }
         }
@@ -218,9 +219,15 @@ impl fmt::Display for Plan {
         writeln!(f)?;
         writeln!(
             f,
-            "DCQCN at the NICs (NVIDIA ConnectX firmware defaults; R_AI 5 Mb/s and R_HAI 50 Mb/s x rate/25G, as the HPCC artifact's run.py scales them):"
+            "DCQCN at the NICs (the `{}` set{}; R_AI 5 Mb/s and R_HAI 50 Mb/s x rate/25G, as the HPCC artifact's run.py scales the firmware's):",
+            self.nic.dcqcn_set,
+            match self.nic.dcqcn_set.as_str() {
+                "hpcc" => ": the HPCC artifact's model of NVIDIA's DCQCN with run.py's values",
+                "nvidia" => ": NVIDIA ConnectX firmware defaults",
+                _ => ": the DCQCN paper's values",
+            }
         )?;
-        let mut p = DcqcnParams::named(&self.nic.dcqcn_set).unwrap_or_else(|_| DcqcnParams::nvidia());
+        let mut p = DcqcnParams::named(&self.nic.dcqcn_set).unwrap_or_else(|_| DcqcnParams::hpcc());
         for kv in &self.nic.dcqcn_params {
             // The plan's own overrides; a bad one cannot come from `plan`.
             let _ = p.set_kv(kv);

@@ -7,12 +7,16 @@
 //!   1,600 KB at 100 Gb/s, 1.6 MB / 6.4 MB at 400 Gb/s), which scales the
 //!   DCQCN paper's shape (a ramp from Kmin to Kmax, SIGCOMM'15 §3) with
 //!   the link's bandwidth-delay product. MODEL-NOTES §4.
-//! - DCQCN at the NIC: the NVIDIA ConnectX firmware defaults (the `nvidia`
-//!   set: g = 5/1024, alpha updated every 1 us, at most one cut per 4 us,
-//!   rate-increase timer 300 us, F = 1, one CNP per 4 us per QP), with
-//!   the additive and hyper-additive steps R_AI = 5 Mb/s and R_HAI = 50
-//!   Mb/s scaled by rate / 25 Gb/s as the HPCC artifact's `run.py` scales
-//!   them (20 / 200 Mb/s at 100 Gb/s). MODEL-NOTES §2, §3.
+//! - DCQCN at the NIC: by default the HPCC artifact's set (`hpcc`: its
+//!   model of the NVIDIA firmware's DCQCN with `run.py`'s values — g =
+//!   1/256, alpha updated every 1 us, at most one cut per 4 us,
+//!   rate-increase timer 300 us, F = 1, minimum rate 1 Gb/s), the set our
+//!   fat-tree runs match the artifact's slowdowns with; or the NVIDIA
+//!   ConnectX firmware defaults (`nvidia`: g = 5/1024, a CNP per 4 us per
+//!   QP, a 32,767-byte counter, minimum rate 1 Mb/s) or the paper's. In
+//!   each, the additive and hyper-additive steps are the firmware's R_AI =
+//!   5 Mb/s and R_HAI = 50 Mb/s scaled by rate / 25 Gb/s, as `run.py`
+//!   scales them (20 / 200 Mb/s at 100 Gb/s). MODEL-NOTES §2, §3.
 //! - Shared buffer: a dynamic (Choudhury-Hahne) threshold, alpha = 1/8
 //!   (shift 3) at the NIC rate and doubled per doubling of a port's rate
 //!   (1/2 at 400 Gb/s over 100 Gb/s NICs) — the HPCC artifact's MMU
@@ -38,8 +42,8 @@ pub const PMAX: f64 = 0.2;
 /// NVIDIA firmware's `RPG_AI_RATE` / `RPG_HAI_RATE` (b/s), scaled from 25G.
 pub const AI_AT_25G: u64 = 5_000_000;
 pub const HAI_AT_25G: u64 = 50_000_000;
-/// The DCQCN parameter set a plan starts from.
-pub const DCQCN_SET: &str = "nvidia";
+/// The DCQCN parameter set a plan starts from by default.
+pub const DCQCN_SET: &str = "hpcc";
 /// Dynamic threshold: shift at the NIC rate (alpha 1/8).
 pub const BASE_SHIFT: u32 = 3;
 /// XON this many largest frames below the XOFF threshold.

@@ -18,6 +18,7 @@ fn input(buffer: u64, scale: f64) -> PlanInput {
         lossless_mask: 1 << 3,
         headroom_scale: scale,
         framing: Framing::Ethernet,
+        dcqcn_set: rules::DCQCN_SET.into(),
     }
 }
 
@@ -61,9 +62,10 @@ fn two_switch_headroom_is_the_sum_of_the_ieee_terms() {
     assert_eq!((l.k, l.ingress_rate_bps), (5, 100 * G));
     assert_eq!(l.bound, 5 * rules::xoff_at(0.125, 5, g.pool));
     assert_eq!(p.ecn[1].rule.kmax, (l.bound as f64 * 0.9) as u64);
+    assert_eq!(p.nic.dcqcn_set, "hpcc");
     assert_eq!(p.nic.dcqcn_params, vec!["ai_rate_bps=20000000", "hai_rate_bps=200000000"]);
     let text = p.to_string();
-    for needle in ["55420", "D-Resp", "Kmax 1.6MB", "alpha 1/8", "R_AI 20Mbps"] {
+    for needle in ["55420", "D-Resp", "Kmax 1.6MB", "alpha 1/8", "R_AI 20Mbps", "the `hpcc` set"] {
         assert!(text.contains(needle), "{needle} in\n{text}");
     }
 }
@@ -108,7 +110,13 @@ fn bad_inputs_are_typed_errors() {
         plan(&t, &PlanInput { mtu: 1500, ..input(1 << 24, 1.0) }),
         Err(PlanError::BadMtu(1500))
     ));
+    let nvidia = plan(&t, &PlanInput { dcqcn_set: "nvidia".into(), ..input(1 << 24, 1.0) }).unwrap();
+    assert_eq!(nvidia.nic.dcqcn_set, "nvidia");
     assert!(matches!(plan(&t, &input(1 << 24, 0.0)), Err(PlanError::BadScale(_))));
+    assert!(matches!(
+        plan(&t, &PlanInput { dcqcn_set: "fast".into(), ..input(1 << 24, 1.0) }),
+        Err(PlanError::DcqcnSet(_))
+    ));
     assert!(matches!(plan(&t, &input(1 << 24, f64::NAN)), Err(PlanError::BadScale(_))));
     assert!(matches!(
         plan(&t, &PlanInput { lossless_mask: 0, ..input(1 << 24, 1.0) }),
