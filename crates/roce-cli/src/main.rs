@@ -5,6 +5,7 @@
 //! roce perf {write,read,send,atomic}-{bw,lat} [SERVER | --loopback] [perftest options]
 //! roce ping [SERVER | --loopback] [-s SIZE] [-n ITERS] [-m MTU]
 //! roce sim {hpcc,compare,baseline,run} ... (the fabric simulator)
+//! roce fabric plan TOPOLOGY [--check] ... (PFC/ECN/DCQCN settings for a fabric)
 //! roce exec [--addr ADDR] [--name roce0] -- PROGRAM ARGS...
 //! roce coll {all-reduce,reduce-scatter,all-gather,broadcast,reduce,all-to-all} [nccl-tests options]
 //! ```
@@ -19,6 +20,7 @@ use clap::{Parser, Subcommand};
 
 mod coll;
 mod exec;
+mod fabric;
 mod oob;
 mod pcap;
 mod perf;
@@ -59,6 +61,13 @@ enum Command {
         #[command(subcommand)]
         command: sim::SimCommand,
     },
+    /// Settings for a RoCE fabric: `plan` computes PFC headroom, XOFF/XON,
+    /// buffer alpha, ECN and DCQCN for a topology and checks them by
+    /// simulation.
+    Fabric {
+        #[command(subcommand)]
+        command: fabric::FabricCommand,
+    },
     /// Collectives over roce, nccl-tests' `*_perf` programs: all-reduce,
     /// reduce-scatter, all-gather, broadcast, reduce, all-to-all. `--np N`
     /// starts N local ranks; under mpirun, srun or torchrun each process
@@ -90,6 +99,7 @@ fn main() -> ExitCode {
         Command::Perf { test } => perf::main(&test),
         Command::Ping(args) => ping::main(&args),
         Command::Sim { command } => sim::main(&command),
+        Command::Fabric { command } => fabric::main(&command),
         Command::Exec(args) => exec::main(&args),
         Command::Coll { op } => coll::main(&op),
     }

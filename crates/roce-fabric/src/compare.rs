@@ -13,6 +13,11 @@
 //!   5 % of the flows each (`step` 5: flows `i n / 100 .. (i + 5) n / 100`,
 //!   integer division), each labelled by its size range; only with at
 //!   least [`MIN_FLOWS_FOR_BINS`] matched flows of more than one size.
+//!   These bins pair each baseline flow with ours; the script instead bins
+//!   each file on its own, leaves out its largest flow and orders equal
+//!   sizes by their text, so beside them comes the script's own table of
+//!   both files ([`fct_analysis`], printed in the script's format: the
+//!   baseline as its first "CC", ours as its second).
 //!
 //! Each file's completion time is its largest FCT (the time the last flow
 //! took: the run's completion when, as in the incasts, every flow starts
@@ -30,6 +35,10 @@ use std::path::{Path, PathBuf};
 
 use crate::hpcc::{read_fct, read_pfc, FctLine, HpccError, PfcLine};
 use crate::scenario::NodeId;
+
+pub mod fct_analysis;
+
+use fct_analysis::{AnalysisOptions, AnalysisRow};
 
 /// Starts this close (ns) are the same flow's.
 pub const START_MATCH_TOLERANCE_NS: u64 = 1;
@@ -214,7 +223,36 @@ pub struct Comparison {
     /// Each file over all its flows.
     pub overall: SlowdownPair,
     pub bins: Vec<BinStats>,
+    /// `fct_analysis.py`'s table (default options) of each file, when it
+    /// has at least [`MIN_FLOWS_FOR_BINS`] flows and the script would
+    /// give one.
+    pub artifact_bins: Option<ArtifactBins>,
     pub pfc: PfcComparison,
+}
+
+/// The artifact script's table of each file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactBins {
+    pub baseline: Vec<AnalysisRow>,
+    pub ours: Vec<AnalysisRow>,
+}
+
+impl ArtifactBins {
+    fn of(base: &[FctLine], ours: &[FctLine]) -> Option<ArtifactBins> {
+        if base.len().min(ours.len()) < MIN_FLOWS_FOR_BINS {
+            return None;
+        }
+        let opts = AnalysisOptions::default();
+        Some(ArtifactBins {
+            baseline: fct_analysis::fct_analysis(base, &opts)?,
+            ours: fct_analysis::fct_analysis(ours, &opts)?,
+        })
+    }
+
+    /// The script's output with the baseline and ours as its two files.
+    pub fn script_output(&self) -> String {
+        fct_analysis::format_tables(&[&self.baseline, &self.ours])
+    }
 }
 
 impl Comparison {
@@ -256,6 +294,7 @@ impl Comparison {
             baseline_flows: base_fct.len(),
             ours_flows: ours_fct.len(),
             bins: size_bins(&pairs),
+            artifact_bins: ArtifactBins::of(base_fct, ours_fct),
             pairs,
             unmatched_baseline,
             unmatched_ours,
@@ -510,6 +549,16 @@ impl fmt::Display for Comparison {
         for bin in &self.bins {
             let label = format!("{} - {}", fmt_size(bin.min_size), fmt_size(bin.max_size));
             fmt_stats_row(f, &label, &bin.baseline, &bin.ours)?;
+        }
+        if let Some(a) = &self.artifact_bins {
+            let o = AnalysisOptions::default();
+            writeln!(
+                f,
+                "fct_analysis.py -s {} -t 0 (each file: dport {}, ending before {} ns, by size, the largest left out):",
+                o.step_pct, o.dport, o.time_limit_ns
+            )?;
+            writeln!(f, "pct size\tbaseline p50 p95 p99\tours p50 p95 p99")?;
+            f.write_str(&a.script_output())?;
         }
         let (b, o) = (&self.pfc.baseline, &self.pfc.ours);
         writeln!(f, "PFC frames received    baseline pause/resume  ours pause/resume")?;

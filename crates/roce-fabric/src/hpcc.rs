@@ -40,7 +40,10 @@ pub mod units;
 use std::path::{Path, PathBuf};
 
 pub use config::HpccConfig;
-pub use files::{parse_fct, parse_pfc, read_fct, read_pfc, write_fct, write_pfc, FctLine, PfcLine};
+pub use files::{
+    hpcc_sports, parse_fct, parse_pfc, read_fct, read_pfc, write_fct, write_pfc, FctLine, PfcLine,
+    HPCC_FIRST_SPORT,
+};
 pub use flows::{parse_flows, read_flows, HpccFlow};
 pub use standalone::{standalone_fct_ps, Standalone, STANDALONE_HEADER_BYTES};
 pub use topology::{TopoLink, Topology};
@@ -223,6 +226,7 @@ pub fn scenario_from_parts(topo: &Topology, flows: &[HpccFlow], cfg: &HpccConfig
             size: f.size,
             start_ps: f.start_ps,
             op: FlowOp::Write,
+            dport: f.dport,
         })
         .collect();
     let events = cfg

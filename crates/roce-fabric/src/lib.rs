@@ -19,6 +19,7 @@ pub mod faults;
 pub mod hooks;
 pub mod hpcc;
 pub mod mesh;
+pub mod plan;
 pub mod plot;
 mod queue;
 pub mod report;
@@ -31,6 +32,8 @@ mod switch;
 pub mod toml_scenario;
 pub mod topo;
 
-pub use report::{Counters, Ending, FctRecord, PfcRecord, QueueRef, QueueSample, RateSample, Report};
+pub use report::{
+    Counters, Ending, FctRecord, HeadroomUse, PfcRecord, QueueRef, QueueSample, RateSample, Report,
+};
 pub use scenario::*;
 pub use sim::{simulate, FabricError, Progress};

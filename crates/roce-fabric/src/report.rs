@@ -36,6 +36,21 @@ pub struct PfcRecord {
     pub pause: bool,
 }
 
+/// A switch ingress port whose headroom took bytes or that refused frames
+/// (for want of buffer: a full headroom on a lossless priority, or a lossy
+/// one over its threshold).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadroomUse {
+    pub node: NodeId,
+    /// Port (from 1).
+    pub port: u32,
+    /// The port's headroom per lossless priority.
+    pub headroom_bytes: u64,
+    /// The most of it one priority held at once.
+    pub peak_bytes: u64,
+    pub refused: u64,
+}
+
 /// An egress queue of a monitored port at one instant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QueueSample {
@@ -153,4 +168,8 @@ pub struct Report {
     /// goes on): (time, cycle). Without a watchdog the first one ends the
     /// run ([`Ending::Deadlock`]).
     pub deadlocks: Vec<(Time, Vec<QueueRef>)>,
+    /// Switch ingress ports whose headroom was used or that refused
+    /// frames, in node and port order.
+    #[serde(default)]
+    pub headroom: Vec<HeadroomUse>,
 }

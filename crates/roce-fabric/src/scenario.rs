@@ -122,6 +122,20 @@ pub struct FlowSpec {
     pub start_ps: Time,
     #[serde(default)]
     pub op: FlowOp,
+    /// The flow's destination port as HPCC's flow lists give it, written
+    /// in `fct.txt`'s dport column (the packets themselves go to UDP port
+    /// 4791). Default [`HPCC_FLOW_DPORT`].
+    #[serde(default = "default_flow_dport")]
+    pub dport: u16,
+}
+
+/// The destination port HPCC's traffic generator (`traffic_gen.py`) writes
+/// for every flow, and the one its `analysis/fct_analysis.py` selects by
+/// default (`$4 == 100`; its incast mode selects 200).
+pub const HPCC_FLOW_DPORT: u16 = 100;
+
+fn default_flow_dport() -> u16 {
+    HPCC_FLOW_DPORT
 }
 
 /// How a frame's size on the wire is counted.
@@ -173,6 +187,14 @@ pub enum PfcThreshold {
     Dynamic { base_shift: u32, base_rate_bps: u64, resume_offset: u64 },
 }
 
+/// The shift of a port of `rate_bps` under a dynamic threshold: `base_shift`
+/// at `base_rate_bps`, one less per doubling of the rate (rounded), within
+/// 0..=31 (HPCC's MMU: alpha 1/8 at the NIC rate, 1/2 at 4 times it).
+pub fn dynamic_shift(base_shift: u32, base_rate_bps: u64, rate_bps: u64) -> u32 {
+    let doublings = (rate_bps as f64 / base_rate_bps as f64).log2().round() as i64;
+    (base_shift as i64 - doublings).clamp(0, 31) as u32
+}
+
 /// RED-style ECN marking of one port rate class (IEEE/DCQCN CP): mark CE
 /// with probability 0 below `kmin` bytes of egress queue, `pmax` scaled
 /// linearly up to `kmax`, 1 above `kmax`. Decided at dequeue.
@@ -184,6 +206,20 @@ pub struct EcnRule {
     pub kmin: u64,
     pub kmax: u64,
     pub pmax: f64,
+}
+
+/// Headroom a port of one rate class gets beyond its cable's
+/// ([`SwitchConfig::headroom_rtts`] x rate x one-way delay): what IEEE
+/// 802.1Qbb's headroom adds to the round trip on the cable — the largest
+/// frame the switch may be sending when it decides XOFF, the PFC frame,
+/// the interface delays, the peer's response time and the largest frame
+/// the peer may be sending when the XOFF arrives — as `roce fabric plan`
+/// computes it (`plan::headroom`). The rule with the nearest rate at or
+/// above the port's wins, the last one otherwise (as [`EcnRule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadroomRule {
+    pub rate_bps: u64,
+    pub extra_bytes: u64,
 }
 
 /// Egress scheduling among the 8 priorities of a port. PFC frames always
@@ -207,8 +243,12 @@ pub struct SwitchConfig {
     /// Bytes reserved per ingress (port, priority).
     pub reserve_bytes: u64,
     /// Headroom per ingress port: `headroom_rtts` x rate x one-way delay
-    /// of its link (HPCC: 3), at least one maximum frame.
+    /// of its link (HPCC: 3), plus the port's [`HeadroomRule`] if any, at
+    /// least one maximum frame ([`SwitchConfig::headroom_bytes`]).
     pub headroom_rtts: f64,
+    /// Headroom beyond the cable's, per port rate (none: HPCC's model).
+    #[serde(default)]
+    pub headroom_extra: Vec<HeadroomRule>,
     pub pfc: PfcThreshold,
     /// Priorities that are lossless (PFC-enabled), as a bit mask.
     pub lossless_mask: u8,
@@ -373,7 +413,23 @@ impl SwitchConfig {
             ],
             scheduling: Scheduling::Strict,
             pause_quanta: None,
+            headroom_extra: Vec::new(),
         }
+    }
+
+    /// The headroom of an ingress port of `rate_bps` whose link has a
+    /// one-way delay of `delay_ps`: `headroom_rtts` x rate x delay plus the
+    /// [`HeadroomRule`] for the rate, at least `max_frame` bytes.
+    pub fn headroom_bytes(&self, rate_bps: u64, delay_ps: Time, max_frame: u64) -> u64 {
+        let cable = self.headroom_rtts * (rate_bps as f64 / 8.0) * (delay_ps as f64 / PS_PER_S as f64);
+        let extra = self
+            .headroom_extra
+            .iter()
+            .filter(|r| r.rate_bps >= rate_bps)
+            .min_by_key(|r| r.rate_bps)
+            .or(self.headroom_extra.last())
+            .map_or(0, |r| r.extra_bytes);
+        (cable as u64 + extra).max(max_frame)
     }
 }
 

@@ -45,7 +45,7 @@ use port::Port;
 
 use crate::hooks::{LinkHooks, NoHooks};
 use crate::queue::EventQueue;
-use crate::report::{Ending, QueueRef, Report};
+use crate::report::{Ending, HeadroomUse, QueueRef, Report};
 use crate::rng::SimRng;
 use crate::routing::{RouteError, Routes};
 use crate::scenario::{EventKind, NodeId, Scenario, ScenarioError, Time, PS_PER_NS};
@@ -374,6 +374,21 @@ impl<H: LinkHooks> Sim<H> {
         self.report.bytes_in_fabric =
             self.slots.iter().filter_map(|s| s.frame).filter(|f| !f.pfc).map(|f| f.wire as u64).sum();
         self.report.ending = self.ending.take();
+        for (node, mmu) in self.mmu.iter().enumerate() {
+            let Some(mmu) = mmu else { continue };
+            for (port, (headroom_bytes, peak_bytes, refused)) in mmu.headroom_use().enumerate() {
+                if peak_bytes > 0 || refused > 0 {
+                    let port = port as u32 + 1;
+                    self.report.headroom.push(HeadroomUse {
+                        node,
+                        port,
+                        headroom_bytes,
+                        peak_bytes,
+                        refused,
+                    });
+                }
+            }
+        }
         for h in self.hosts.iter().flatten() {
             let c = h.engine.counters();
             self.report.counters.retry_timeouts += c.completer_retry_err;

@@ -14,10 +14,11 @@
 //!   static threshold, at `xoff` and `xon` bytes.
 //! * A frame is dropped only where a lossless queue's headroom is full
 //!   too, or where a lossy queue's shared use would pass the threshold.
-//! * Headroom per port: `headroom_rtts x rate x one-way delay` (HPCC: 3),
-//!   at least one largest frame.
+//! * Headroom per port: `headroom_rtts x rate x one-way delay` (HPCC: 3)
+//!   plus the rule of `headroom_extra` for its rate (the IEEE terms
+//!   beyond the cable a PFC plan adds), at least one largest frame.
 
-use crate::scenario::{PfcThreshold, SwitchConfig, Time, PRIORITIES, PS_PER_S};
+use crate::scenario::{dynamic_shift, PfcThreshold, SwitchConfig, Time, PRIORITIES};
 
 pub struct Mmu {
     nports: usize,
@@ -31,6 +32,10 @@ pub struct Mmu {
     hdrm: Vec<[u64; PRIORITIES]>,
     shared_used: u64,
     paused: Vec<u8>,
+    /// Per port: the most headroom bytes one priority held, and the frames
+    /// refused for want of buffer (for the report).
+    hdrm_peak: Vec<u64>,
+    refused: Vec<u64>,
     pfc: PfcThreshold,
     /// Per egress port: (Kmin, Kmax, Pmax) of the ECN rule for its rate.
     pub ecn: Vec<(u64, u64, f64)>,
@@ -41,19 +46,13 @@ impl Mmu {
     /// largest frame's wire bytes.
     pub fn new(cfg: &SwitchConfig, ports: &[(u64, Time)], max_frame: u64) -> Mmu {
         let n = ports.len();
-        let headroom: Vec<u64> = ports
-            .iter()
-            .map(|&(rate, delay)| {
-                let bytes = cfg.headroom_rtts * (rate as f64 / 8.0) * (delay as f64 / PS_PER_S as f64);
-                (bytes as u64).max(max_frame)
-            })
-            .collect();
+        let headroom: Vec<u64> =
+            ports.iter().map(|&(rate, delay)| cfg.headroom_bytes(rate, delay, max_frame)).collect();
         let shift = ports
             .iter()
             .map(|&(rate, _)| match cfg.pfc {
                 PfcThreshold::Dynamic { base_shift, base_rate_bps, .. } => {
-                    let doublings = (rate as f64 / base_rate_bps as f64).log2().round() as i64;
-                    (base_shift as i64 - doublings).clamp(0, 31) as u32
+                    dynamic_shift(base_shift, base_rate_bps, rate)
                 }
                 PfcThreshold::Static { .. } => 0,
             })
@@ -85,6 +84,8 @@ impl Mmu {
             hdrm: vec![[0; PRIORITIES]; n],
             shared_used: 0,
             paused: vec![0; n],
+            hdrm_peak: vec![0; n],
+            refused: vec![0; n],
             pfc: cfg.pfc,
             ecn,
         }
@@ -127,6 +128,7 @@ impl Mmu {
             self.ingress[p][qi] = new;
         } else if new - self.reserve > self.threshold(p) {
             self.hdrm[p][qi] += size;
+            self.hdrm_peak[p] = self.hdrm_peak[p].max(self.hdrm[p][qi]);
         } else {
             self.ingress[p][qi] = new;
             self.shared_used += size.min(new - self.reserve);
@@ -179,6 +181,17 @@ impl Mmu {
 
     pub fn nports(&self) -> usize {
         self.nports
+    }
+
+    /// Counts a frame from ingress `p` that [`Mmu::admit`] refused.
+    pub fn refuse(&mut self, p: usize) {
+        self.refused[p] += 1;
+    }
+
+    /// Per port: (headroom, the most of it one priority held, frames
+    /// refused).
+    pub fn headroom_use(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        (0..self.nports).map(|p| (self.headroom[p], self.hdrm_peak[p], self.refused[p]))
     }
 
     /// Bytes of the shared pool in use.
@@ -242,6 +255,32 @@ mod tests {
             // The threshold the last of them saw is the same fixed point.
             assert!((mmu.threshold(0) as f64 - theory).abs() <= 2.0 * frame as f64);
         }
+    }
+
+    /// A port's headroom is the cable's share plus its rate's rule; ports
+    /// of a rate without a rule of their own take the nearest above.
+    #[test]
+    fn headroom_adds_the_rule_of_the_ports_rate() {
+        use crate::scenario::HeadroomRule;
+        let mut cfg = SwitchConfig::hpcc();
+        cfg.headroom_rtts = 2.0;
+        cfg.headroom_extra = vec![
+            HeadroomRule { rate_bps: 100_000_000_000, extra_bytes: 10_000 },
+            HeadroomRule { rate_bps: 400_000_000_000, extra_bytes: 20_000 },
+        ];
+        let ports = [
+            (100_000_000_000u64, PS_PER_US),
+            (400_000_000_000, PS_PER_US),
+            (25_000_000_000, PS_PER_US),
+            (800_000_000_000, 0),
+        ];
+        let mmu = Mmu::new(&cfg, &ports, 1100);
+        assert_eq!(mmu.headroom(0), 25_000 + 10_000);
+        assert_eq!(mmu.headroom(1), 100_000 + 20_000);
+        assert_eq!(mmu.headroom(2), 6_250 + 10_000);
+        assert_eq!(mmu.headroom(3), 20_000, "the last rule above every rate");
+        cfg.headroom_extra.clear();
+        assert_eq!(Mmu::new(&cfg, &ports, 1100).headroom(3), 1100, "at least one frame");
     }
 
     /// Frames past the threshold go to headroom; past the headroom they

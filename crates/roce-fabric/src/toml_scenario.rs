@@ -54,6 +54,7 @@
 //! start = "10us"             # default 0
 //! priority = 3               # default 3
 //! op = "write"               # or "send"; default write
+//! dport = 100                # fct.txt's dport (HPCC's flow-list port); default 100
 //!
 //! [[incast]]                 # one flow from each sender to the receiver
 //! senders = ["h1..h7"]       # or a count: the first N hosts other than the receiver
@@ -63,6 +64,7 @@
 //! stagger = "1us"            # optional: sender k starts k x stagger later
 //! priority = 3
 //! op = "write"
+//! dport = 100
 //!
 //! [switch]                   # every key optional: default SwitchConfig::hpcc()
 //! buffer = "32MiB"
@@ -76,6 +78,9 @@
 //! pause_quanta = 65535       # XOFF pause time (512-bit quanta), refreshed;
 //!                            # absent: XOFF/XON without a timer (HPCC)
 //! # or { kind = "dynamic", base_shift = 3, base_rate = "100G", resume_offset = "3KiB" }
+//! [[switch.headroom_extra]]  # headroom beyond headroom_rtts x rate x delay
+//! rate = "100G"              # for ports of this rate (nearest at or above,
+//! bytes = "41KB"             # as ECN rules); default none (HPCC's model)
 //! [[switch.ecn_rules]]       # replaces the default rules; ascending rates
 //! rate = "100G"
 //! kmin = "400KB"
@@ -145,6 +150,21 @@ use std::path::Path;
 use crate::scenario::Scenario;
 pub use crate::scenario::ScenarioError;
 pub use write::to_toml;
+
+/// A size as the format writes it (`"32MiB"`, `"1.5MB"`, or bare bytes
+/// `"4096"`), for command lines; `key` names it in the error.
+pub fn parse_size(key: &str, text: &str) -> Result<u64, ScenarioError> {
+    match text.trim().parse::<u64>() {
+        Ok(v) => Ok(v),
+        Err(_) => units::size(key, &units::Qty::Text(text.to_string())),
+    }
+}
+
+/// A duration as the format writes it (`"1.5us"`, `"2ms"`); `key` names
+/// it in the error.
+pub fn parse_duration(key: &str, text: &str) -> Result<crate::scenario::Time, ScenarioError> {
+    units::duration(key, &units::Qty::Text(text.to_string()))
+}
 
 /// Reads a scenario from TOML text (see the module documentation).
 pub fn from_str(s: &str) -> Result<Scenario, ScenarioError> {

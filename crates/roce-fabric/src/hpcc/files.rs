@@ -4,12 +4,17 @@
 //! - `fct.txt`, one line per finished flow in completion order:
 //!   `sip dip sport dport size start_ns fct_ns standalone_fct_ns`, the IPs
 //!   as 8 hex digits (host id = `(ip >> 8) & 0xffff`), times in ns
-//!   (picoseconds / 1000, truncated).
+//!   (picoseconds / 1000, truncated). The ports are the flow's as the HPCC
+//!   simulator numbers them ([`hpcc_sports`], [`FlowSpec::dport`]), not
+//!   the UDP ports its packets carried (those go to 4791 from the QP's
+//!   source port, and are in [`crate::FctRecord`]): HPCC's analysis
+//!   scripts select flows by the dport column.
 //! - `pfc.txt`, one line per PFC frame received, in time order:
 //!   `time_ns node_id node_type if_index type`, node_type 0 host / 1
 //!   switch, if_index the receiving port (ns-3 device index, from 1), type
 //!   1 PAUSE / 0 RESUME.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 use std::path::Path;
 
@@ -17,7 +22,12 @@ use super::standalone::Standalone;
 use super::text::{read_text, Cursor};
 use super::{host_ip, ip_node, HpccError, ParseReason};
 use crate::report::Report;
+#[cfg(doc)]
+use crate::scenario::FlowSpec;
 use crate::scenario::{NodeId, NodeKind, Scenario, PS_PER_NS};
+
+/// The first source port of each pair of hosts in the HPCC simulator.
+pub const HPCC_FIRST_SPORT: u16 = 10_000;
 
 /// One line of an `fct.txt`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,20 +72,46 @@ pub struct PfcLine {
     pub pause: bool,
 }
 
+/// The source port the HPCC simulator gives each flow of `scn`, by flow
+/// index: every (source, destination) pair of hosts counts from
+/// [`HPCC_FIRST_SPORT`] in the order its flows start, which is the flow
+/// list's order (`scratch/third.cc`: `portNumder[src][dst]++`, a 16-bit
+/// counter set to 10000 for every pair, read as each flow is scheduled).
+/// The counter is 16 bits there too, so it wraps after 65535.
+pub fn hpcc_sports(scn: &Scenario) -> Vec<u16> {
+    let mut next: HashMap<(NodeId, NodeId), u16> = HashMap::new();
+    scn.flows
+        .iter()
+        .map(|f| {
+            let port = next.entry((f.src, f.dst)).or_insert(HPCC_FIRST_SPORT);
+            let this = *port;
+            *port = port.wrapping_add(1);
+            this
+        })
+        .collect()
+}
+
 /// Writes the flows of `report` in `fct.txt` form; `payload` is the packet
 /// payload size of the standalone-FCT formula. A flow with no path (which
-/// cannot have finished) gets a standalone FCT of 0.
+/// cannot have finished) gets a standalone FCT of 0. The ports are HPCC's
+/// (see the module docs); a record whose flow `scn` does not have keeps
+/// the UDP ports it went out with.
 pub fn write_fct(w: &mut dyn Write, scn: &Scenario, report: &Report, payload: u64) -> io::Result<()> {
     let mut standalone = Standalone::new(scn, payload);
+    let sports = hpcc_sports(scn);
     for r in &report.fct {
         let alone = standalone.fct_ps(r.src, r.dst, r.size).unwrap_or(0);
+        let (sport, dport) = match (sports.get(r.flow), scn.flows.get(r.flow)) {
+            (Some(&sport), Some(f)) => (sport, f.dport),
+            _ => (r.sport, r.dport),
+        };
         writeln!(
             w,
             "{:08x} {:08x} {} {} {} {} {} {}",
             host_ip(r.src),
             host_ip(r.dst),
-            r.sport,
-            r.dport,
+            sport,
+            dport,
             r.size,
             r.start_ps / PS_PER_NS,
             r.fct_ps / PS_PER_NS,

@@ -86,7 +86,15 @@ fn scenario_mapping() {
     assert_eq!(scn.links[2].rate_bps, 400_000_000_000);
     assert_eq!(
         scn.flows[0],
-        FlowSpec { src: 0, dst: 2, priority: 3, size: 5000, start_ps: 2_000_000_962_000, op: FlowOp::Write }
+        FlowSpec {
+            src: 0,
+            dst: 2,
+            priority: 3,
+            size: 5000,
+            start_ps: 2_000_000_962_000,
+            op: FlowOp::Write,
+            dport: 100
+        }
     );
     assert_eq!(scn.framing, Framing::Ppp);
     assert_eq!(scn.switch.buffer_bytes, 16 * 1024 * 1024);
@@ -256,7 +264,9 @@ fn fct_and_pfc_round_trip() {
     write_fct(&mut buf, &scn, &report, 1000).unwrap();
     let text = String::from_utf8(buf).unwrap();
     // h1 -> h0: 2 x 2000 ns + 2 x 80 ns + (1 + 48) x 8 / 100G = 3.92 -> 3 ns.
-    assert_eq!(text.lines().next().unwrap(), "0b000101 0b000001 49152 4791 1 2000000000 4321 4163");
+    // HPCC's ports (the pair's first flow: 10000; the flow list's 100),
+    // not the UDP ports the record went out with.
+    assert_eq!(text.lines().next().unwrap(), "0b000101 0b000001 10000 100 1 2000000000 4321 4163");
     let lines = parse_fct(&text, Path::new("fct.txt")).unwrap();
     assert_eq!(lines.len(), 2);
     assert_eq!(
@@ -277,6 +287,49 @@ fn fct_and_pfc_round_trip() {
             PfcLine { time_ns: 2_000_000_005, node: 0, is_switch: false, if_index: 1, pause: false },
         ]
     );
+}
+
+/// Each (source, destination) pair counts its own ports from 10000 in
+/// flow-list order; the dport is the flow list's.
+#[test]
+fn sports_count_per_pair_in_list_order() {
+    let topo = small_topology();
+    let list = "5\n0 2 3 100 10 2\n1 2 3 100 10 2\n0 2 3 200 10 2.1\n2 0 3 100 10 2.2\n0 2 3 100 10 2.3\n";
+    let flows = parse_flows(list, Path::new("f")).unwrap();
+    let scn = scenario_from_parts(&topo, &flows, &small_config(""));
+    assert_eq!(hpcc_sports(&scn), vec![10000, 10000, 10001, 10000, 10002]);
+    assert_eq!(scn.flows.iter().map(|f| f.dport).collect::<Vec<_>>(), vec![100, 100, 200, 100, 100]);
+}
+
+/// Our ports for every flow of every baseline run are the ones the
+/// artifact wrote in its `fct.txt` (the fat-tree has 51 flows that are a
+/// pair's second, port 10001). Flows are found by (source, destination,
+/// size) and a start within 1 ns (the artifact's start can be 1 ns
+/// below ours: it converts the start seconds through a float).
+#[test]
+fn sports_match_every_baseline_flow() {
+    let Some(base) = baseline_dir() else { return };
+    let mut checked = 0;
+    let mut second = 0;
+    for (run, topo) in baseline_runs(&base) {
+        let scn = load_run(&run, &topo).unwrap();
+        let sports = hpcc_sports(&scn);
+        for line in read_fct(&run.join("fct.txt")).unwrap() {
+            let matching: Vec<usize> = (0..scn.flows.len())
+                .filter(|&i| {
+                    let f = &scn.flows[i];
+                    (f.src, f.dst, f.size) == (line.src(), line.dst(), line.size)
+                        && (f.start_ps / PS_PER_NS).abs_diff(line.start_ns) <= 1
+                        && (sports[i], f.dport) == (line.sport, line.dport)
+                })
+                .collect();
+            assert!(!matching.is_empty(), "{}: no flow with the ports of {line:?}", run.display());
+            second += usize::from(line.sport > HPCC_FIRST_SPORT);
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 3201 + 2 + 8 + 64 + 64 + 1 + 9 + 9);
+    assert_eq!(second, 51);
 }
 
 #[test]

@@ -25,6 +25,7 @@ impl<H: LinkHooks> Sim<H> {
         let lossless = self.scn.switch.pfc_enabled && self.scn.switch.lossless_mask & (1 << prio) != 0;
         let mmu = self.mmu[node].as_mut().expect("switch");
         if !mmu.admit(ip, prio, wire as u64, lossless) {
+            mmu.refuse(ip);
             self.report.counters.dropped_buffer += 1;
             self.drop_frame(hop);
             return;

@@ -154,6 +154,7 @@ pub(super) fn build(text: &str, default_name: Option<String>) -> Result<Scenario
                 .transpose()?
                 .unwrap_or(0),
             op: fl.op.unwrap_or_default(),
+            dport: fl.dport.unwrap_or(HPCC_FLOW_DPORT),
         });
     }
     for (i, ic) in f.incast.iter().enumerate() {
@@ -210,6 +211,7 @@ pub(super) fn build(text: &str, default_name: Option<String>) -> Result<Scenario
                 size,
                 start_ps: start + stagger * k as u64,
                 op: ic.op.unwrap_or_default(),
+                dport: ic.dport.unwrap_or(HPCC_FLOW_DPORT),
             });
         }
     }
@@ -477,6 +479,16 @@ pub(super) fn switch_config(s: &SwitchT) -> Result<SwitchConfig, ScenarioError> 
                 kmin: size(&format!("{key}.kmin"), &r.kmin)?,
                 kmax: size(&format!("{key}.kmax"), &r.kmax)?,
                 pmax: r.pmax,
+            });
+        }
+    }
+    if let Some(rules) = &s.headroom_extra {
+        c.headroom_extra = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            let key = format!("switch.headroom_extra[{i}]");
+            c.headroom_extra.push(HeadroomRule {
+                rate_bps: rate(&format!("{key}.rate"), &r.rate)?,
+                extra_bytes: size(&format!("{key}.bytes"), &r.bytes)?,
             });
         }
     }

@@ -119,6 +119,8 @@ pub(super) struct Flow {
     pub(super) priority: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) op: Option<FlowOp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dport: Option<u16>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -142,6 +144,8 @@ pub(super) struct Incast {
     pub(super) priority: Option<u8>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) op: Option<FlowOp>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) dport: Option<u16>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -169,6 +173,16 @@ pub(super) struct SwitchT {
     pub(super) ecn_rules: Option<Vec<EcnT>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) pause_quanta: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) headroom_extra: Option<Vec<HeadroomT>>,
+}
+
+/// `[[switch.headroom_extra]] rate = "100G" bytes = "41KB"`.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct HeadroomT {
+    pub(super) rate: Qty,
+    pub(super) bytes: Qty,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -39,6 +39,7 @@ size = "1MiB"
 start = "10us"
 priority = 5
 op = "send"
+dport = 200
 
 [[incast]]
 senders = 2
@@ -57,6 +58,10 @@ ecn = false
 scheduling = "dwrr"
 dwrr_weights = [0, 1, 2, 3, 4, 5, 6, 7]
 pfc_threshold = { kind = "dynamic", base_shift = 2, base_rate = "25G", resume_offset = "1KB" }
+
+[[switch.headroom_extra]]
+rate = "25G"
+bytes = "31.25KB"
 
 [[switch.ecn_rules]]
 rate = "25G"
@@ -138,16 +143,26 @@ fn every_field_reaches_the_scenario() {
                 priority: 5,
                 size: 1 << 20,
                 start_ps: 10 * PS_PER_US,
-                op: FlowOp::Send
+                op: FlowOp::Send,
+                dport: 200,
             },
-            FlowSpec { src: 0, dst: 3, priority: 3, size: 4096, start_ps: PS_PER_US, op: FlowOp::Write },
+            FlowSpec {
+                src: 0,
+                dst: 3,
+                priority: 3,
+                size: 4096,
+                start_ps: PS_PER_US,
+                op: FlowOp::Write,
+                dport: HPCC_FLOW_DPORT,
+            },
             FlowSpec {
                 src: 1,
                 dst: 3,
                 priority: 3,
                 size: 4096,
                 start_ps: PS_PER_US + 250_000,
-                op: FlowOp::Write
+                op: FlowOp::Write,
+                dport: HPCC_FLOW_DPORT,
             },
         ]
     );
@@ -164,6 +179,7 @@ fn every_field_reaches_the_scenario() {
             ecn: vec![EcnRule { rate_bps: 25_000_000_000, kmin: 5000, kmax: 200_000, pmax: 0.01 }],
             scheduling: Scheduling::Dwrr { weights: [0, 1, 2, 3, 4, 5, 6, 7] },
             pause_quanta: None,
+            headroom_extra: vec![HeadroomRule { rate_bps: 25_000_000_000, extra_bytes: 31_250 }],
         }
     );
     assert_eq!(

@@ -69,6 +69,7 @@ pub fn to_toml(s: &Scenario) -> String {
                 start: (f.start_ps != 0).then(|| fmt_time(f.start_ps)),
                 priority: Some(f.priority),
                 op: (f.op != FlowOp::Write).then_some(f.op),
+                dport: (f.dport != HPCC_FLOW_DPORT).then_some(f.dport),
             })
             .collect(),
         incast: Vec::new(),
@@ -83,6 +84,12 @@ pub fn to_toml(s: &Scenario) -> String {
             dwrr_weights,
             pfc_threshold: Some(PfcT { kind: kind.into(), xoff, xon, base_shift, base_rate, resume_offset }),
             pause_quanta: sw.pause_quanta,
+            headroom_extra: (!sw.headroom_extra.is_empty()).then(|| {
+                sw.headroom_extra
+                    .iter()
+                    .map(|r| HeadroomT { rate: fmt_rate(r.rate_bps), bytes: fmt_size(r.extra_bytes) })
+                    .collect()
+            }),
             ecn_rules: Some(
                 sw.ecn
                     .iter()

@@ -38,5 +38,5 @@ pub fn star(hosts: usize, rate: u64, delay_ns: u64) -> Scenario {
 }
 
 pub fn flow(src: NodeId, dst: NodeId, size: u64, start_ps: Time) -> FlowSpec {
-    FlowSpec { src, dst, priority: 3, size, start_ps, op: FlowOp::Write }
+    FlowSpec { src, dst, priority: 3, size, start_ps, op: FlowOp::Write, dport: HPCC_FLOW_DPORT }
 }
