@@ -79,6 +79,14 @@ fn is_plain_ack(bytes: &[u8]) -> bool {
     p.bth.opcode == RC_ACKNOWLEDGE && matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
 }
 
+/// Whether a response is a PSN sequence error NAK (it asks for its PSN
+/// again: no answer to the request at that PSN, IBTA §9.7.5.2.5).
+fn is_seq_nak(bytes: &[u8]) -> bool {
+    let Some(bytes) = without_protection(bytes) else { return false };
+    let Ok(p) = RocePacketRepr::parse(&bytes) else { return false };
+    matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(roce_wire::NakCode::PsnSequenceError)))
+}
+
 /// Whether a response is an RNR NAK (the resend after it is not a retry).
 fn is_rnr_nak(bytes: &[u8]) -> bool {
     let Some(bytes) = without_protection(bytes) else { return false };
@@ -117,14 +125,14 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
             })
             .collect();
         // Responses that reached the QP before the failure: (arrival,
-        // PSN, an ACK that is no NAK, an RNR NAK).
-        let heard: Vec<(Instant, Psn, bool, bool)> = recs
+        // PSN, an ACK that is no NAK, an RNR NAK, a sequence error NAK).
+        let heard: Vec<(Instant, Psn, bool, bool, bool)> = recs
             .iter()
             .filter(|r| r.to == Some(e.host) && r.fate == Fate::Delivered)
             .filter_map(|r| Some((r, r.arrive.filter(|&t| t <= e.at)?)))
             .filter_map(|(r, t)| match bth(r) {
                 Some((false, q, psn)) if q == qpn => {
-                    Some((t, psn, is_plain_ack(&r.bytes), is_rnr_nak(&r.bytes)))
+                    Some((t, psn, is_plain_ack(&r.bytes), is_rnr_nak(&r.bytes), is_seq_nak(&r.bytes)))
                 }
                 _ => None,
             })
@@ -136,8 +144,11 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
         let found = psns.into_iter().find_map(|stuck| {
             // The chain of retries starts at the last response at or
             // before the stuck PSN (progress resets the count, §9.7.6.1.3;
-            // a READ response past a gap is ignored, §9.7.5.1.2).
-            let last = heard.iter().filter(|h| !stuck.is_before(h.1)).max_by_key(|h| h.0);
+            // a READ response past a gap is ignored, §9.7.5.1.2), but for a
+            // sequence error NAK at the stuck PSN itself, which answers
+            // nothing there: it only asks for it again.
+            let last =
+                heard.iter().filter(|h| !stuck.is_before(h.1) && (h.1 != stuck || !h.4)).max_by_key(|h| h.0);
             let from = last.map(|h| h.0);
             let after = |r: &TraceRecord| from.is_none_or(|t| r.sent > t);
             // A plain ACK past the stuck PSN after that acknowledges it,

@@ -261,3 +261,18 @@ fn answers_past_a_gap_and_resumed_reads_are_read_right() {
         assert!(got.contains(why), "seed {seed}: {got}");
     }
 }
+
+/// Seed 171870 of the seed mix (a blackout, encrypted QPs, congestion
+/// control): host 1's WRITE at PSN 1 is answered by a sequence error NAK
+/// at PSN 1, the ACK of its next resend is lost, and the blackout takes
+/// every later copy. The NAK asks for PSN 1 again, it answers nothing
+/// there: the chain of retries runs from the last response before it, and
+/// the exhaustion is legitimate (the engine counts retries from the last
+/// progress, as IBTA vol. 1 §9.7.6.1.3 has it).
+#[test]
+fn a_sequence_nak_at_the_stuck_psn_does_not_start_the_chain() {
+    let cfg = roce_harness::Config::default();
+    assert!(roce_harness::run_seed(171870, &cfg).is_err());
+    let why = roce_harness::exhaustion::explain(171870, &cfg).expect("a legitimate exhaustion");
+    assert!(why.contains("host 1 QP 0x24a6e: PSN 1 sent 8 times"), "{why}");
+}
