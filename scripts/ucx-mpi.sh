@@ -31,7 +31,7 @@ done
 [ "${SKIP_BUILD:-}" = 1 ] || cargo build --quiet --release -p roce-cli -p roce-ibverbs
 roce=$PWD/target/release/roce
 out=$(mktemp -d /tmp/roce-ucx-mpi.XXXXXX)
-trap 'rm -rf "$out"' EXIT
+trap 'rc=$?; if [ $rc -eq 0 ]; then rm -rf "$out"; else echo "outputs kept in $out" >&2; fi' EXIT
 
 echo "# $(date -u +%FT%TZ) $(nproc) cores, rmem_max $(cat /proc/sys/net/core/rmem_max)," \
     "/dev/infiniband: $(ls /dev/infiniband 2>/dev/null | tr '\n' ' ' || true)"

@@ -95,7 +95,57 @@ fn open_dev(entry: &DeviceEntry) -> R<(roce::Device, Arc<DeviceEvents>)> {
     })?;
     let events = DeviceEvents::new(dev.clone());
     open.push(Open { name: entry.name.clone(), dev: dev.clone(), events: events.clone(), contexts: 1 });
+    if std::env::var_os("ROCE_COUNTERS").is_some() {
+        static AT_EXIT: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a function without arguments that the C
+        // library calls once at exit; it only reads the devices' state.
+        AT_EXIT.call_once(|| unsafe {
+            libc::atexit(counters_at_exit);
+        });
+    }
     Ok((dev, events))
+}
+
+/// At exit, with `ROCE_COUNTERS`: the counters of every device still open
+/// (a program may exit without closing its contexts, and librdmacm keeps
+/// one open on every device for the process's life, as rdma-core's does).
+extern "C" fn counters_at_exit() {
+    let _ = catch_unwind(|| {
+        for o in lock(&OPEN).iter() {
+            print_counters(&o.name, &o.dev);
+        }
+    });
+}
+
+/// `ROCE_COUNTERS=1`: a device's counters on stderr (what `roce perf
+/// --counters` shows), when its last context closes or at exit.
+fn print_counters(name: &str, dev: &roce::Device) {
+    let c = dev.counters();
+    let nonzero: Vec<String> = c.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
+    let d = dev.driver_stats();
+    let b = &d.socket_buffers;
+    let mut text = format!(
+        "libibverbs (roce): {name} counters: {} drive_takeovers={} rx_dropped_socket_full={} \
+         rx_errors={} tx_dropped={} tx_errors={} rcvbuf={}/{}{} sndbuf={}/{}{}\n",
+        nonzero.join(" "),
+        d.drive_takeovers,
+        d.rx_dropped,
+        d.rx_errors,
+        d.tx_dropped,
+        d.tx_errors,
+        b.recv_granted,
+        b.recv_requested,
+        if b.recv_forced { " (forced)" } else { "" },
+        b.send_granted,
+        b.send_requested,
+        if b.send_forced { " (forced)" } else { "" },
+    );
+    if let Some(w) = &d.socket_buffer_warning {
+        text.push_str(&format!("libibverbs (roce): {name} warning: {w}\n"));
+    }
+    // One write, so that lines of processes sharing the stream (ranks
+    // under mpirun) do not interleave.
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
 }
 
 fn close_dev(name: &str) {
@@ -106,32 +156,7 @@ fn close_dev(name: &str) {
             let Open { name, dev, events, .. } = open.remove(i);
             events.close();
             if std::env::var_os("ROCE_COUNTERS").is_some() {
-                // `ROCE_COUNTERS=1`: the device's counters on stderr when it
-                // closes (what `roce perf --counters` shows).
-                let c = dev.counters();
-                let nonzero: Vec<String> =
-                    c.iter().filter(|(_, v)| *v != 0).map(|(k, v)| format!("{k}={v}")).collect();
-                let d = dev.driver_stats();
-                let b = &d.socket_buffers;
-                eprintln!(
-                    "libibverbs (roce): {name} counters: {} drive_takeovers={} rx_dropped_socket_full={} \
-                     rx_errors={} tx_dropped={} tx_errors={} rcvbuf={}/{}{} sndbuf={}/{}{}",
-                    nonzero.join(" "),
-                    d.drive_takeovers,
-                    d.rx_dropped,
-                    d.rx_errors,
-                    d.tx_dropped,
-                    d.tx_errors,
-                    b.recv_granted,
-                    b.recv_requested,
-                    if b.recv_forced { " (forced)" } else { "" },
-                    b.send_granted,
-                    b.send_requested,
-                    if b.send_forced { " (forced)" } else { "" },
-                );
-                if let Some(w) = &d.socket_buffer_warning {
-                    eprintln!("libibverbs (roce): {name} warning: {w}");
-                }
+                print_counters(&name, &dev);
             }
         }
     }
