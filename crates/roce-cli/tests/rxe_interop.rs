@@ -12,7 +12,10 @@
 //! global address on both ends, rxe's GID for it; the exchange stays on
 //! IPv4, where the stock tools listen). Then a part of it again with random
 //! loss on the link in both directions (nftables in the lab's namespace;
-//! netem where the kernel has it).
+//! netem where the kernel has it). Between the two, the 8 MiB READs once
+//! more with the VM stopped for 300 ms in the middle of them: rxe falls
+//! silent for longer than the ACK timeout and then replays the repeated
+//! requests, and the run must complete.
 //!
 //! Judged by what crossed the wire, not by what either end says: the tap is
 //! captured and `roce-pcap-check` must find every RoCE packet well-formed
@@ -490,6 +493,96 @@ fn vm_roce(lab: &Lab) -> Result<String, String> {
     Ok(format!("ok   roce (in the VM) -> roce: write-bw 64 KiB x 100; the VM's UDP offloads: {gso}"))
 }
 
+/// How long the VM is stopped in the middle of `stalled_read`'s READs:
+/// more than four ACK timeouts (perftest's 14, 67 ms).
+const STALL: Duration = Duration::from_millis(300);
+
+/// Frames from the VM the tap has received, read in the namespace.
+fn vm_frames() -> Option<u64> {
+    let o = Command::new("ip")
+        .args(["netns", "exec", NETNS, "cat", "/sys/class/net/rxetap0/statistics/rx_packets"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&o.stdout).trim().parse().ok()
+}
+
+/// The large READ pairing with the VM stopped (SIGSTOP to qemu) for
+/// `STALL` once 3,000 of its frames have come, inside the first 8 MiB
+/// message: rxe falls silent for longer than the ACK timeout, so our
+/// requester repeats its outstanding READ requests, and rxe serves them
+/// only after what it was sending and what was queued before them (a
+/// replay that outlasts the ACK timeout again). The run must complete,
+/// with our timer retries (at least one: the stall was seen) and rxe's
+/// duplicate requests counted and the data checked by perftest.
+fn stalled_read(lab: &Lab) -> Result<String, String> {
+    let cache = std::env::var("RXE_LAB_CACHE").unwrap_or_else(|_| "/var/cache/rxe-lab".into());
+    let pid = std::fs::read_to_string(Path::new(&cache).join("run/pid"))
+        .map_err(|e| format!("stalled READ: the VM's pid file: {e}"))?;
+    let pid = pid.trim().to_string();
+    let c0 = lab.counters();
+    let id = lab.run(&["bg", &format!("{BIG_READ_STOCK} -d rxe0 -x 1")])?.trim().to_string();
+    if !lab.vm_listening() {
+        let _ = lab.run(&["wait", &id, "1"]);
+        return Err(format!("stalled READ: {BIG_READ_STOCK} never listened"));
+    }
+    let base = vm_frames().ok_or("stalled READ: cannot read the tap's counters")?;
+    let ours: Vec<String> = ["perf", "read-bw", "-s", "8388608", "-n", "5", "--timeout", "20", "--counters"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(["--bind".into(), HOST_IP.into(), VM_IP.into()])
+        .collect();
+    let child = roce(&ours);
+    // Stop the VM once the READs are well under way; give up after a
+    // minute (the run has failed by then and says why).
+    let t = Instant::now();
+    let (mut stopped, mut continued) = (false, true);
+    while t.elapsed() < Duration::from_secs(60) {
+        if vm_frames().is_some_and(|n| n >= base + 3_000) {
+            let signal =
+                |sig: &str| Command::new("kill").args([sig, &pid]).status().is_ok_and(|s| s.success());
+            stopped = signal("-STOP");
+            std::thread::sleep(STALL);
+            continued = signal("-CONT");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let (ok, out) = wait_bounded(child, Duration::from_secs(180));
+    let w = lab.cmd(&["wait", &id, "150"]).output();
+    let (sok, sout) = w.map(|o| (o.status.success(), text(&o))).unwrap_or((false, String::new()));
+    let dup = lab
+        .counters()
+        .get("duplicate_request")
+        .copied()
+        .unwrap_or(0)
+        .saturating_sub(c0.get("duplicate_request").copied().unwrap_or(0));
+    let retries = counter(&out, "completer_retry_err").unwrap_or(0);
+    let mut problems = Vec::new();
+    if !stopped || !continued {
+        problems.push("the VM was not stopped and continued");
+    }
+    if !ok || !sok || sout.contains("invalid data") {
+        problems.push("a run failed");
+    }
+    if retries == 0 || counter(&out, "retry_exceeded_err") != Some(0) {
+        problems.push("our requester did not retry, or ran out of retries");
+    }
+    if counter(&out, "icrc_errors") != Some(0) {
+        problems.push("ICRC errors");
+    }
+    if !problems.is_empty() {
+        return Err(format!(
+            "stalled READ ({BIG_READ_STOCK}, VM stopped {STALL:?}): {}\n--- roce:\n{out}\n--- stock:\n{sout}",
+            problems.join("; ")
+        ));
+    }
+    Ok(format!(
+        "ok   roce -> {BIG_READ_STOCK}, VM stopped {STALL:?} mid-READ: {retries} timer retries, \
+         {} duplicate responses, rxe duplicate_request +{dup}",
+        counter(&out, "duplicate_response").unwrap_or(0)
+    ))
+}
+
 /// `roce-pcap-check --summary` on a capture: Ok(summary) when every RoCE
 /// packet passed.
 fn oracle(check: &Path, pcap: &Path) -> Result<String, String> {
@@ -730,6 +823,11 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
     // where the kernel refuses UDP GSO with EIO) against roce in the
     // namespace: the driver must fall back to plain sends and lose nothing.
     match vm_roce(lab) {
+        Ok(note) => eprintln!("{note}"),
+        Err(e) => failures.push(e),
+    }
+
+    match stalled_read(lab) {
         Ok(note) => eprintln!("{note}"),
         Err(e) => failures.push(e),
     }

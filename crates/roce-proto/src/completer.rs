@@ -37,6 +37,16 @@
 //! responses in order pass the highest stale one, the gap is closed and the
 //! next gap is a new loss.
 //!
+//! A duplicate READ response (before the oldest unacknowledged PSN) is a
+//! replay of requests that an ACK timeout repeated: the responder serves
+//! a repeated request after everything queued before it (rxe does), so a
+//! pause of its longer than the ACK timeout is followed by the rest of
+//! its streams and then by replays that can outlast the timeout again.
+//! Those responses re-arm the ACK and tail timers (the responder is
+//! answering) and count as no progress; a timeout during them would repeat
+//! the requests sent since, which would be replayed in turn, timeout after
+//! timeout, until the retries ran out.
+//!
 //! A READ whose responses stop before its end (the last one came, more
 //! were asked for, and nothing follows for `READ_TAIL_RTTS` smoothed round
 //! trips, at least `read_tail_floor`) has its missing tail asked for again
@@ -175,6 +185,18 @@ impl Completer {
             && psn == self.psn.sub(1);
         if psn.is_before(self.psn) && !repeat_ack {
             res.counters.duplicate_response += 1;
+            if info.operation == Operation::RdmaReadResponse && q.state != QpState::Err {
+                // A replay of READ responses we already have: a repeated
+                // READ request (ours, after a timeout) that the responder
+                // answers only once it has finished what it was sending
+                // (rxe does so). It is answering, so the timers wait, as
+                // for a draining stale stream; no progress is counted.
+                let mut c = Ctx { req, q, res, now, srtt, rsp_psn: Some(psn) };
+                self.rearm(&mut c);
+                if self.tail_left > 0 {
+                    self.arm_read_tail(&mut c);
+                }
+            }
             return;
         }
         if !psn.is_before(req.psn_hi()) {

@@ -347,3 +347,29 @@ fn a_long_stale_stream_after_a_gap_asks_once_and_spends_no_retry() {
     let (a, b) = (r.p.e[A].counters(), r.p.e[B].counters());
     assert_eq!((b.duplicate_request, a.completer_retry_err, a.read_tail_rerequests), (1, 0, 0), "{a:?}");
 }
+
+/// A responder that falls silent for longer than the ACK timeout in the
+/// middle of a READ (rxe in a busy emulated VM does): the timeout repeats
+/// the outstanding requests, once. The responder finishes what it was
+/// sending and the requests queued behind it, and only then replays the
+/// repeated ones, for longer than the ACK timeout again. Those replayed
+/// responses are duplicates, but they show the responder answering: the
+/// ACK timer waits for them, and no further retry repeats the requests
+/// sent since (which the responder would replay too, and so on until the
+/// retries ran out: eight timeouts before this rule). Two 4 MiB READs at MTU 1024 with a budget of 4 MiB
+/// (eight requests of 1 MiB, four in flight); one response per
+/// microsecond; B pauses 1.5 ms after its 100th; ACK timeout ~1 ms.
+#[test]
+fn a_replay_after_a_timeout_keeps_the_ack_timer_waiting() {
+    const STALL: Link =
+        Link { rx_cap: 64 << 20, drain: 4, line: 1, delay: 5, lose: &[], pauses: &[(100, 1_500)] };
+    let mut r = reads(config(4 << 20, 200), PathMtu::Mtu1024, 1, 2, 4 << 20, 8);
+    let mut wcs = Vec::new();
+    run_link(&mut r.p, &STALL, r.n, &mut wcs, 1_000_000);
+    r.check(&wcs);
+    let (a, b) = (r.p.e[A].counters(), r.p.e[B].counters());
+    assert_eq!(a.completer_retry_err, 1, "one timeout, during the pause: {a:?}");
+    // The replay outlasted the ACK timeout (a response per microsecond).
+    assert!(a.duplicate_response > 1_050, "{a:?}");
+    assert_eq!(b.duplicate_request, a.sent_pkts - 8, "only the timeout repeated requests: {b:?}");
+}
