@@ -22,7 +22,8 @@
 //! with a good ICRC; rxe must have accepted every packet we sent in the
 //! loss-free part (its `rcvd_pkts` grows by exactly the packets we sent,
 //! since it drops bad ones silently) and counted no retry, sequence error
-//! or duplicate; our `--counters` must show no ICRC error and no datagram
+//! or duplicate (but the duplicates of a pairing where a timer of ours
+//! fired after the VM fell silent, printed beside it); our `--counters` must show no ICRC error and no datagram
 //! the kernel refused. One pairing also writes `--pcap`, which must equal
 //! the tap capture byte for byte (but for the UDP checksum of received
 //! packets, which a socket cannot know).
@@ -723,7 +724,17 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
     }
     let mut ran = 0;
     // The 8 MiB READ pairing's own trouble counts (see `BIG_READ_STOCK`).
-    let mut big: BTreeMap<&str, u64> = BTreeMap::new();
+    // Trouble a pairing explains itself, not counted against the part: the
+    // 8 MiB READ pairing's (see `BIG_READ_STOCK`), and rxe's duplicate
+    // requests in a pairing where a timer of ours fired (the ACK timeout,
+    // or the READ tail timer's re-request). No packet is lost here, but
+    // the VM's one emulated CPU now and then falls silent for tens of
+    // milliseconds, longer than the tail timer's wait (20 ms at least) or
+    // even the ACK timeout, and a timer that fires repeats requests rxe
+    // then counts as duplicates. (Stopping the VM for 40 ms in the middle
+    // of `ib_read_bw -s 65536` does it.) A duplicate with no timer fired
+    // at our end is still a failure.
+    let mut own: BTreeMap<&str, u64> = BTreeMap::new();
     let all = cases(&[Family::V4, Family::V6], false);
     for (i, c) in all.iter().enumerate() {
         // Our own capture for one pairing with GSO batches (64 KiB writes).
@@ -732,15 +743,22 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         let c0 = lab.counters();
         let r = run_case(lab, c, 20, pcap);
         let c1 = lab.counters();
+        let timers = ["completer_retry_err", "read_tail_rerequests"]
+            .map(|k| (k, counter(&r.log, k).unwrap_or(0)))
+            .into_iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(k, n)| format!("our {k} +{n}"))
+            .collect::<Vec<_>>();
         let notes: Vec<String> = RXE_TROUBLE
             .iter()
             .filter_map(|k| {
                 let d = c1.get(*k).copied().unwrap_or(0).saturating_sub(c0.get(*k).copied().unwrap_or(0));
-                if c.name().contains(BIG_READ_STOCK) {
-                    big.insert(k, d);
+                if c.name().contains(BIG_READ_STOCK) || (*k == "duplicate_request" && !timers.is_empty()) {
+                    *own.entry(k).or_default() += d;
                 }
                 (d > 0).then(|| format!("rxe {k} +{d}"))
             })
+            .chain(timers.iter().cloned())
             .collect();
         eprintln!(
             "{} {} ({:.1} s){}",
@@ -786,7 +804,7 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         failures.push(format!("rxe had to retry for want of our ACK: {}", ours.join("; ")));
     }
     for k in RXE_TROUBLE.into_iter().filter(|&k| k != "completer_retry_err") {
-        let d = delta(k).saturating_sub(big.get(k).copied().unwrap_or(0));
+        let d = delta(k).saturating_sub(own.get(k).copied().unwrap_or(0));
         if d != 0 {
             failures.push(format!("rxe counted {k} +{d} in the loss-free part"));
         }
