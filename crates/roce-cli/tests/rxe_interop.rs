@@ -23,8 +23,8 @@
 //! loss-free part (its `rcvd_pkts` grows by exactly the packets we sent,
 //! since it drops bad ones silently) and counted no retry, sequence error
 //! or duplicate (but the duplicates of a pairing where a timer of ours
-//! fired after the VM fell silent, printed beside it); our `--counters` must show no ICRC error and no datagram
-//! the kernel refused. One pairing also writes `--pcap`, which must equal
+//! fired after the VM fell silent, printed beside it); our `--counters`
+//! must show no ICRC error and no datagram the kernel refused. One pairing also writes `--pcap`, which must equal
 //! the tap capture byte for byte (but for the UDP checksum of received
 //! packets, which a socket cannot know).
 //!
@@ -442,12 +442,23 @@ fn rxe_retries(path: &Path) -> (usize, Vec<String>) {
     (again, ours)
 }
 
+/// The lab's run-time directory: the VM's pid file, and `share`, which
+/// the VM sees as `/lab`.
+fn lab_run_dir() -> PathBuf {
+    let cache = std::env::var("RXE_LAB_CACHE").unwrap_or_else(|_| "/var/cache/rxe-lab".into());
+    Path::new(&cache).join("run")
+}
+
+/// How much counter `k` grew from `before` to `after`.
+fn grew(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>, k: &str) -> u64 {
+    after.get(k).copied().unwrap_or(0).saturating_sub(before.get(k).copied().unwrap_or(0))
+}
+
 /// `roce perf write-bw` from inside the VM to `roce` in the namespace. The
 /// VM's own `roce` runs only if this build's C library fits the VM's
 /// (Debian 12); otherwise the case is skipped with a notice.
 fn vm_roce(lab: &Lab) -> Result<String, String> {
-    let cache = std::env::var("RXE_LAB_CACHE").unwrap_or_else(|_| "/var/cache/rxe-lab".into());
-    let share = Path::new(&cache).join("run/share/roce");
+    let share = lab_run_dir().join("share/roce");
     std::fs::copy(env!("CARGO_BIN_EXE_roce"), &share)
         .map_err(|e| format!("copying roce into the VM: {e}"))?;
     let (runs, out) = lab.exec("/lab/roce --version", 30);
@@ -516,8 +527,7 @@ fn vm_frames() -> Option<u64> {
 /// with our timer retries (at least one: the stall was seen) and rxe's
 /// duplicate requests counted and the data checked by perftest.
 fn stalled_read(lab: &Lab) -> Result<String, String> {
-    let cache = std::env::var("RXE_LAB_CACHE").unwrap_or_else(|_| "/var/cache/rxe-lab".into());
-    let pid = std::fs::read_to_string(Path::new(&cache).join("run/pid"))
+    let pid = std::fs::read_to_string(lab_run_dir().join("pid"))
         .map_err(|e| format!("stalled READ: the VM's pid file: {e}"))?;
     let pid = pid.trim().to_string();
     let c0 = lab.counters();
@@ -551,12 +561,7 @@ fn stalled_read(lab: &Lab) -> Result<String, String> {
     let (ok, out) = wait_bounded(child, Duration::from_secs(180));
     let w = lab.cmd(&["wait", &id, "150"]).output();
     let (sok, sout) = w.map(|o| (o.status.success(), text(&o))).unwrap_or((false, String::new()));
-    let dup = lab
-        .counters()
-        .get("duplicate_request")
-        .copied()
-        .unwrap_or(0)
-        .saturating_sub(c0.get("duplicate_request").copied().unwrap_or(0));
+    let dup = grew(&c0, &lab.counters(), "duplicate_request");
     let retries = counter(&out, "completer_retry_err").unwrap_or(0);
     let mut problems = Vec::new();
     if !stopped || !continued {
@@ -723,7 +728,6 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         return failures;
     }
     let mut ran = 0;
-    // The 8 MiB READ pairing's own trouble counts (see `BIG_READ_STOCK`).
     // Trouble a pairing explains itself, not counted against the part: the
     // 8 MiB READ pairing's (see `BIG_READ_STOCK`), and rxe's duplicate
     // requests in a pairing where a timer of ours fired (the ACK timeout,
@@ -752,7 +756,7 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         let notes: Vec<String> = RXE_TROUBLE
             .iter()
             .filter_map(|k| {
-                let d = c1.get(*k).copied().unwrap_or(0).saturating_sub(c0.get(*k).copied().unwrap_or(0));
+                let d = grew(&c0, &c1, k);
                 if c.name().contains(BIG_READ_STOCK) || (*k == "duplicate_request" && !timers.is_empty()) {
                     *own.entry(k).or_default() += d;
                 }
@@ -777,8 +781,7 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
     }
     let _ = lab.run(&["capture", "stop"]);
     let after = lab.counters();
-    let delta =
-        |k: &str| after.get(k).copied().unwrap_or(0).saturating_sub(before.get(k).copied().unwrap_or(0));
+    let delta = |k: &str| grew(&before, &after, k);
     let wire_pkts = roce_packets(&wire, false);
     let sent = wire_pkts.iter().filter(|(h, _)| *h).count() as u64;
     eprintln!(
@@ -851,6 +854,7 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
     }
 
     // Part 2: random loss on the link.
+    let lossy_before = lab.counters();
     let lossy_wire = lab.out.join("interop-loss.pcap");
     match impair() {
         Ok(how) => eprintln!("loss: {LOSS_PERCENT}% each way by {how}"),
@@ -898,8 +902,7 @@ fn suite(lab: &mut Lab, check: Option<&Path>) -> Vec<String> {
         failures.push("the lossy part dropped nothing: the impairment did not work".into());
     }
     let recovered = lab.counters();
-    let d2 =
-        |k: &str| recovered.get(k).copied().unwrap_or(0).saturating_sub(after.get(k).copied().unwrap_or(0));
+    let d2 = |k: &str| grew(&lossy_before, &recovered, k);
     eprintln!(
         "lossy part: rxe duplicate_request +{} out_of_seq_request +{} rcvd_seq_err +{} completer_retry_err +{}",
         d2("duplicate_request"),

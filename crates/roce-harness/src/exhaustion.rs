@@ -71,27 +71,35 @@ fn reads_or_atomic(r: &TraceRecord) -> bool {
     as_sent(r).and_then(|b| b.first().copied()).is_some_and(|op| matches!(op, 0x0c | 0x13 | 0x14))
 }
 
-/// Whether a response is an ACKNOWLEDGE that is no NAK (it acknowledges
-/// every request before its PSN, coalesced, IBTA §9.7.5.1.1).
-fn is_plain_ack(bytes: &[u8]) -> bool {
-    let Some(bytes) = without_protection(bytes) else { return false };
-    let Ok(p) = RocePacketRepr::parse(&bytes) else { return false };
-    p.bth.opcode == RC_ACKNOWLEDGE && matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Ack { .. }))
+/// A response that reached the QP before its failure.
+struct Heard {
+    at: Instant,
+    psn: Psn,
+    /// An ACKNOWLEDGE that is no NAK: it acknowledges every request
+    /// before its PSN, coalesced (IBTA §9.7.5.1.1).
+    plain_ack: bool,
+    /// An RNR NAK: the resend after it is not a retry.
+    rnr_nak: bool,
+    /// A PSN sequence error NAK: it asks for its PSN again, no answer to
+    /// the request there (IBTA §9.7.5.2.5).
+    seq_nak: bool,
 }
 
-/// Whether a response is a PSN sequence error NAK (it asks for its PSN
-/// again: no answer to the request at that PSN, IBTA §9.7.5.2.5).
-fn is_seq_nak(bytes: &[u8]) -> bool {
-    let Some(bytes) = without_protection(bytes) else { return false };
-    let Ok(p) = RocePacketRepr::parse(&bytes) else { return false };
-    matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::Nak(roce_wire::NakCode::PsnSequenceError)))
-}
-
-/// Whether a response is an RNR NAK (the resend after it is not a retry).
-fn is_rnr_nak(bytes: &[u8]) -> bool {
-    let Some(bytes) = without_protection(bytes) else { return false };
-    let Ok(p) = RocePacketRepr::parse(&bytes) else { return false };
-    matches!(p.ext.aeth.map(|a| a.syndrome), Some(Syndrome::RnrNak { .. }))
+impl Heard {
+    fn new(at: Instant, psn: Psn, bytes: &[u8]) -> Heard {
+        let parsed = without_protection(bytes).and_then(|b| {
+            let p = RocePacketRepr::parse(&b).ok()?;
+            Some((p.bth.opcode, p.ext.aeth?.syndrome))
+        });
+        let syndrome = parsed.map(|(_, s)| s);
+        Heard {
+            at,
+            psn,
+            plain_ack: matches!(parsed, Some((RC_ACKNOWLEDGE, Syndrome::Ack { .. }))),
+            rnr_nak: matches!(syndrome, Some(Syndrome::RnrNak { .. })),
+            seq_nak: matches!(syndrome, Some(Syndrome::Nak(roce_wire::NakCode::PsnSequenceError))),
+        }
+    }
 }
 
 /// If every RETRY_EXC_ERR of the seed is a legitimate exhaustion, says why
@@ -124,16 +132,13 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
                 _ => None,
             })
             .collect();
-        // Responses that reached the QP before the failure: (arrival,
-        // PSN, an ACK that is no NAK, an RNR NAK, a sequence error NAK).
-        let heard: Vec<(Instant, Psn, bool, bool, bool)> = recs
+        // Responses that reached the QP before the failure.
+        let heard: Vec<Heard> = recs
             .iter()
             .filter(|r| r.to == Some(e.host) && r.fate == Fate::Delivered)
             .filter_map(|r| Some((r, r.arrive.filter(|&t| t <= e.at)?)))
             .filter_map(|(r, t)| match bth(r) {
-                Some((false, q, psn)) if q == qpn => {
-                    Some((t, psn, is_plain_ack(&r.bytes), is_rnr_nak(&r.bytes), is_seq_nak(&r.bytes)))
-                }
+                Some((false, q, psn)) if q == qpn => Some(Heard::new(t, psn, &r.bytes)),
                 _ => None,
             })
             .collect();
@@ -147,16 +152,20 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
             // a READ response past a gap is ignored, §9.7.5.1.2), but for a
             // sequence error NAK at the stuck PSN itself, which answers
             // nothing there: it only asks for it again.
-            let last =
-                heard.iter().filter(|h| !stuck.is_before(h.1) && (h.1 != stuck || !h.4)).max_by_key(|h| h.0);
-            let from = last.map(|h| h.0);
+            let last = heard
+                .iter()
+                .filter(|h| !stuck.is_before(h.psn) && (h.psn != stuck || !h.seq_nak))
+                .max_by_key(|h| h.at);
+            let from = last.map(|h| h.at);
             let after = |r: &TraceRecord| from.is_none_or(|t| r.sent > t);
             // A plain ACK past the stuck PSN after that acknowledges it,
             // unless it is a READ or an atomic, which need their own answer
             // (an ACK past one says it was lost, §9.7.5.1.2).
             let needs_answer = sent.iter().any(|(r, p)| *p == stuck && reads_or_atomic(r));
             let acked = !needs_answer
-                && heard.iter().any(|h| from.is_none_or(|t| h.0 > t) && stuck.is_before(h.1) && h.2);
+                && heard
+                    .iter()
+                    .any(|h| from.is_none_or(|t| h.at > t) && stuck.is_before(h.psn) && h.plain_ack);
             let n = sent.iter().filter(|(r, p)| *p == stuck && after(r)).count();
             // A send of the stuck request before the chain, or of a READ
             // whose range holds its PSN, already ran the ACK timer; an RNR
@@ -164,7 +173,7 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
             let timed_before = sent
                 .iter()
                 .any(|(r, p)| !after(r) && !stuck.is_before(*p) && !last_psn(r, *p, mtu).is_before(stuck));
-            let rnr = last.is_some_and(|h| h.3);
+            let rnr = last.is_some_and(|h| h.rnr_nak);
             let need = usize::from(conn.retry_cnt) + usize::from(!timed_before || rnr);
             (!acked && n >= need).then_some((stuck, n))
         });

@@ -30,12 +30,12 @@
 //! that, or once more such responses come than can exist, starts a stream
 //! answering the restart whose first packet was lost, and restarts it again
 //! without waiting for the ACK timer, so that recovering a gap costs no
-//! transport retry unless the link stays silent. While the old stream drains (a READ of megabytes from a slow responder
-//! drains for a long time before the responder turns to the repeated
-//! request) the responder is plainly answering, so its responses keep the
-//! ACK timer from expiring, without counting as progress; once the
-//! responses in order pass the highest stale one, the gap is closed and the
-//! next gap is a new loss.
+//! transport retry unless the link stays silent. While the old stream
+//! drains (a READ of megabytes from a slow responder drains for a long time
+//! before the responder turns to the repeated request) the responder is
+//! plainly answering, so its responses keep the ACK timer from expiring,
+//! without counting as progress; once the responses in order pass the
+//! highest stale one, the gap is closed and the next gap is a new loss.
 //!
 //! A duplicate READ response (before the oldest unacknowledged PSN) is a
 //! replay of requests that an ACK timeout repeated: the responder serves
@@ -191,11 +191,7 @@ impl Completer {
                 // answers only once it has finished what it was sending
                 // (rxe does so). It is answering, so the timers wait, as
                 // for a draining stale stream; no progress is counted.
-                let mut c = Ctx { req, q, res, now, srtt, rsp_psn: Some(psn) };
-                self.rearm(&mut c);
-                if self.tail_left > 0 {
-                    self.arm_read_tail(&mut c);
-                }
+                self.answering(&mut Ctx { req, q, res, now, srtt, rsp_psn: Some(psn) });
             }
             return;
         }
@@ -364,6 +360,16 @@ impl Completer {
         c.q.timers.set(TimerKind::Ack, at);
     }
 
+    /// A response that is no progress (a stale stream draining, a replay)
+    /// shows the responder answering: the ACK and tail timers start over,
+    /// the retry counters stay as they are.
+    fn answering(&self, c: &mut Ctx<'_>) {
+        self.rearm(c);
+        if self.tail_left > 0 {
+            self.arm_read_tail(c);
+        }
+    }
+
     /// Forward progress resets the retry counters (IBTA §9.7.6.1.3/.4).
     fn progress(&mut self, c: &mut Ctx<'_>) {
         self.retry_left = c.q.attr.retry_cnt;
@@ -403,10 +409,7 @@ impl Completer {
                 g.stale -= 1;
                 g.hi = p;
                 c.res.counters.out_of_seq_response += 1;
-                self.rearm(c);
-                if self.tail_left > 0 {
-                    self.arm_read_tail(c);
-                }
+                self.answering(c);
                 return;
             }
             let recent = patience.is_none_or(|d| c.now < g.when + d);
