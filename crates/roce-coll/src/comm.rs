@@ -53,7 +53,7 @@ use crate::cost::Params;
 use crate::engine::{Buffers, Config, Engine, Poll};
 use crate::error::Error;
 use crate::launch::{self, LaunchError, Placement};
-use crate::net::{NetConfig, NetError, RoceTransport, WaitStats};
+use crate::net::{NetConfig, NetError, RoceTransport, WaitPolicy, WaitStats};
 use crate::rendezvous::{Monitor, Rendezvous, RendezvousConfig, RendezvousError};
 use crate::transport::{Layout, Transport};
 use crate::types::{Algo, DataType, OpDesc, OpKind, RedOp};
@@ -104,10 +104,11 @@ pub struct CommConfig {
     pub timeout: Duration,
     /// This rank's QPs paced at this rate, bits/s.
     pub rate_bps: Option<u64>,
-    /// How long a waiting rank spins before it sleeps. Zero by default:
-    /// on a host with fewer cores than busy threads spinning costs more
-    /// than the wake-up it saves (`roce coll --spin-us`).
-    pub spin: Duration,
+    /// How long a waiting rank spins before it sleeps (`roce coll
+    /// --spin-us`). `None` (the default): [`crate::net::AUTO_SPIN`] when
+    /// the ranks on this host have a core each, else none, since a rank
+    /// spinning on a shared core holds it from the peer it waits for.
+    pub spin: Option<Duration>,
     /// The cost model that resolves `Algo::Auto`.
     pub cost: Params,
 }
@@ -118,7 +119,7 @@ impl Default for CommConfig {
             layout: Layout::DEFAULT,
             timeout: Duration::from_secs(30),
             rate_bps: None,
-            spin: Duration::ZERO,
+            spin: None,
             cost: Params::default(),
         }
     }
@@ -207,6 +208,10 @@ impl Communicator {
     /// What waiting has cost so far.
     pub fn wait_stats(&self) -> WaitStats {
         self.t.stats
+    }
+    /// How this rank waits (the spin budget and what chose it).
+    pub fn wait_policy(&self) -> WaitPolicy {
+        self.t.wait_policy()
     }
     /// The algorithm the typed calls use (`Auto`: the cost model's pick).
     pub fn set_algo(&mut self, algo: Algo) {

@@ -190,12 +190,14 @@ pub struct CollArgs {
     #[arg(long, value_parser = parse_rate)]
     pub rate: Vec<RankRate>,
     /// How long a waiting rank spins on its CQs before it sleeps (us).
-    /// 0 (the default) sleeps at once until the driver thread wakes it:
-    /// on a 2-core host spinning ranks take the cores their peers and
-    /// driver threads need (np = 8: 2 ms per small all-reduce without
-    /// spinning, 11 ms with 100 us, 30 ms with 1 ms).
-    #[arg(long = "spin-us", default_value_t = 0)]
-    pub spin_us: u64,
+    /// By default 5,000 when the ranks on this host (the job's ranks at
+    /// this rank's address, or on loopback) have a core each, else 0: a
+    /// wake-up costs 50-200 us on a small VM, most of a small all-reduce
+    /// (np = 2, 4 KiB: ~450 us asleep, ~90 us spinning), but ranks that
+    /// spin on shared cores hold them from the peers they wait for
+    /// (np = 4 on 2 cores, 64 KiB: 840 us asleep, 4,000 us spinning).
+    #[arg(long = "spin-us")]
+    pub spin_us: Option<u64>,
     /// Cost model: per-step latency (us).
     #[arg(long = "model-alpha-us")]
     pub model_alpha_us: Option<f64>,

@@ -205,9 +205,16 @@ pub fn run(comm: &mut Communicator, op: OpKind, a: &CollArgs, p: &Placement) -> 
             }
             h += " \n";
         }
+        let w = comm.wait_policy();
         h += &format!(
-            "# Ranks {n} from {}, algorithm {algo}, {} QPs per peer\n#\n# Using devices\n",
-            p.source, a.qps_per_peer
+            "# Ranks {n} from {}, algorithm {algo}, {} QPs per peer\n\
+             # Waiting ranks spin {} us, then sleep ({}: {} ranks on this host, {} cores)\n#\n# Using devices\n",
+            p.source,
+            a.qps_per_peer,
+            w.spin.as_micros(),
+            if w.auto { "auto" } else { "--spin-us" },
+            w.ranks_here,
+            w.cores
         );
         for l in &lines {
             h += &String::from_utf8_lossy(l);

@@ -160,7 +160,7 @@ fn run_rank(op: OpKind, a: &CollArgs, p: &Placement) -> Result<u64, Error> {
         layout,
         timeout,
         rate_bps,
-        spin: Duration::from_micros(a.spin_us),
+        spin: a.spin_us.map(Duration::from_micros),
         cost: a.cost_params(),
     };
     let rdv = RendezvousConfig { addr: p.rendezvous.clone(), rank: p.rank, world: p.world, timeout };

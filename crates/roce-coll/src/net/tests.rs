@@ -142,3 +142,26 @@ fn every_peer_channel_and_slot_lands_in_its_place() {
         let _ = t.wait(t.now_ns() + 100_000_000);
     });
 }
+
+/// Ranks count each other as one host when they share an address or are
+/// all on loopback (what `--np` does), and not otherwise.
+#[test]
+fn ranks_on_one_host_are_counted_by_address() {
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    assert!(same_host(ip("10.0.0.1"), ip("10.0.0.1")));
+    assert!(same_host(ip("127.0.0.1"), ip("127.0.0.3")));
+    assert!(same_host(ip("::1"), ip("127.0.0.2")));
+    assert!(same_host(ip("::ffff:10.0.0.1"), ip("10.0.0.1")));
+    assert!(!same_host(ip("10.0.0.1"), ip("10.0.0.2")));
+    assert!(!same_host(ip("127.0.0.1"), ip("10.0.0.1")));
+    // A core each: spin; more ranks than cores: sleep at once.
+    assert_eq!(auto_spin(2, 2), AUTO_SPIN);
+    assert_eq!(auto_spin(1, 1), AUTO_SPIN);
+    assert_eq!(auto_spin(3, 2), Duration::ZERO);
+    group(3, 1, |t| {
+        let p = t.wait_policy();
+        assert_eq!(p.ranks_here, 3);
+        assert!(p.auto);
+        assert_eq!(p.spin, auto_spin(3, p.cores));
+    });
+}
