@@ -240,7 +240,7 @@ fn parse_iters(s: &str) -> std::result::Result<u64, String> {
 }
 
 fn parse_qps(s: &str) -> std::result::Result<usize, String> {
-    in_range(s, "number of QPs", 1, 1024).map(|v| v as usize)
+    in_range(s, "number of QPs", 1, 16384).map(|v| v as usize)
 }
 
 fn parse_duration(s: &str) -> std::result::Result<u64, String> {
