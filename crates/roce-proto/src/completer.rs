@@ -419,9 +419,12 @@ impl Completer {
                 // response of an earlier stream still on its way; later, a
                 // stream that goes on past a loss of its own (it repeats
                 // nothing it sent), which the restart already covers.
+                // Either way the responder is answering: the timers start
+                // over.
                 g.stale -= 1;
                 g.last = p;
                 c.res.counters.out_of_seq_response += 1;
+                self.answering(c);
                 return;
             }
         }
