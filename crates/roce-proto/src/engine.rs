@@ -150,7 +150,8 @@ impl Engine {
                 events: VecDeque::new(),
                 completions_made: 0,
                 read_outstanding: 0,
-                budget_waiters: Vec::new(),
+                read_waiters: VecDeque::new(),
+                tx_waiters: VecDeque::new(),
                 tx_unacked: 0,
             },
             rng,
@@ -275,7 +276,9 @@ impl Engine {
                 .into())
             }
         }
-        if self.res.mrs.count_in_pd(pd) >= self.res.cfg.max_mr {
+        // `max_mr` is the device's (ibv_device_attr), not a PD's: counting
+        // every region also keeps registration O(log n), not a scan.
+        if self.res.mrs.len() >= self.res.cfg.max_mr {
             return Err(VerbsError::NoResources(Object::Mr));
         }
         let pointer = spec.buf.addr() + spec.offset as u64;
@@ -602,22 +605,35 @@ impl Engine {
     /// Schedules the QPs whose requests waited for room under the device's
     /// READ or request budget, once there is some (responses arrived, a QP
     /// ended or rewound). Each tries again and waits again if the room is
-    /// still too small.
+    /// still too small. READ waiters all try (their requests differ in
+    /// size); request waiters are taken from the front, one path MTU of
+    /// room each, so the work is in the QPs that can send.
     pub(crate) fn wake_budget_waiters(&mut self) {
         let r = &self.res;
-        let room = r.read_outstanding < r.cfg.rx_budget_bytes
-            || r.cfg.tx_budget_bytes.is_some_and(|cap| r.tx_unacked < cap);
-        if r.budget_waiters.is_empty() || !room {
-            return;
+        if !r.read_waiters.is_empty() && r.read_outstanding < r.cfg.rx_budget_bytes {
+            let mut waiters = std::mem::take(&mut self.res.read_waiters);
+            for qpn in waiters.drain(..) {
+                if let Some(qp) = self.qps.get_mut(&qpn) {
+                    qp.req.read_budget_woken();
+                    schedule(&mut self.ready, qp);
+                }
+            }
+            self.res.read_waiters = waiters;
         }
-        let mut waiters = std::mem::take(&mut self.res.budget_waiters);
-        for qpn in waiters.drain(..) {
+        let r = &self.res;
+        let mut room = match r.cfg.tx_budget_bytes {
+            Some(cap) if r.tx_unacked < cap => cap - r.tx_unacked,
+            Some(_) => 0,
+            None => u64::MAX,
+        };
+        while room > 0 {
+            let Some(qpn) = self.res.tx_waiters.pop_front() else { break };
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.req.budget_woken();
+                qp.req.tx_budget_woken();
                 schedule(&mut self.ready, qp);
+                room = room.saturating_sub(qp.core.mtu() as u64);
             }
         }
-        self.res.budget_waiters = waiters;
     }
 
     /// Protects a connected QP's packets with AES-128-GCM from now on (see

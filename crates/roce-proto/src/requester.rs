@@ -16,7 +16,7 @@
 //! would have), and only while the device's READ-response bytes asked for
 //! and not received stay within `EngineConfig::rx_budget_bytes`: what the
 //! receive path can absorb. A QP over the budget waits on
-//! `Res::budget_waiters` until responses free room. Each request counts
+//! `Res::read_waiters` until responses free room. Each request counts
 //! against `max_rd_atomic` until its last response arrives. IBTA vol. 1
 //! §9.7.5.2.4 lets a requester ask for any part of a READ's range again;
 //! splitting is the same move made up front, so any responder serves it.
@@ -56,8 +56,10 @@ pub(crate) struct Requester {
     rd_atomic_outstanding: u32,
     /// UD: the destination of the packet just produced.
     last_ud_dest: Option<UdDest>,
-    /// On `Res::budget_waiters`, waiting for room under the READ budget.
-    budget_wait: bool,
+    /// On `Res::read_waiters`, waiting for room under the READ budget.
+    read_wait: bool,
+    /// On `Res::tx_waiters`, waiting for room under the request budget.
+    tx_wait: bool,
 }
 
 /// What the requester could not do with a WQE it had to send.
@@ -103,20 +105,36 @@ impl Requester {
         self.last_ud_dest
     }
 
-    /// Puts this QP on `Res::budget_waiters` (once); true if it was not
+    /// Puts this QP on `Res::read_waiters` (once); true if it was not
     /// there yet.
-    pub fn wait_for_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
-        let fresh = !self.budget_wait;
+    pub fn wait_for_read_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
+        let fresh = !self.read_wait;
         if fresh {
-            self.budget_wait = true;
-            res.budget_waiters.push(qpn);
+            self.read_wait = true;
+            res.read_waiters.push_back(qpn);
         }
         fresh
     }
 
-    /// The engine took this QP off `Res::budget_waiters` to try again.
-    pub fn budget_woken(&mut self) {
-        self.budget_wait = false;
+    /// Puts this QP at the back of `Res::tx_waiters` (once); true if it
+    /// was not there yet.
+    pub fn wait_for_tx_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
+        let fresh = !self.tx_wait;
+        if fresh {
+            self.tx_wait = true;
+            res.tx_waiters.push_back(qpn);
+        }
+        fresh
+    }
+
+    /// The engine took this QP off `Res::read_waiters` to try again.
+    pub fn read_budget_woken(&mut self) {
+        self.read_wait = false;
+    }
+
+    /// The engine took this QP off `Res::tx_waiters` to try again.
+    pub fn tx_budget_woken(&mut self) {
+        self.tx_wait = false;
     }
 
     /// A READ request's last response or an atomic's ACK arrived: room
@@ -249,7 +267,7 @@ impl Requester {
             read_len = ((self.offset / chunk + 1) * chunk).min(wqe.length) - self.offset.min(wqe.length);
             let out = res.read_outstanding;
             if out > 0 && out + read_len > res.cfg.rx_budget_bytes {
-                if self.wait_for_budget(res, q.qpn) {
+                if self.wait_for_read_budget(res, q.qpn) {
                     res.counters.read_budget_waits += 1;
                 }
                 return Ok(None);

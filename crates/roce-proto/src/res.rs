@@ -39,10 +39,14 @@ pub(crate) struct Res {
     /// (the sum of every send WQE's `read_charged`), held under
     /// `cfg.rx_budget_bytes` by the requesters.
     pub read_outstanding: u64,
-    /// QPs whose next request waits for room under a budget (the READ
-    /// budget or `cfg.tx_budget_bytes`); the engine schedules them again
-    /// when responses free some.
-    pub budget_waiters: Vec<u32>,
+    /// QPs whose next READ request waits for room under the READ budget;
+    /// the engine schedules them again when responses free some.
+    pub read_waiters: VecDeque<u32>,
+    /// QPs whose next new request packet waits for room under
+    /// `cfg.tx_budget_bytes`, first come first served: the engine
+    /// schedules as many from the front as ACKs freed room for, so an ACK
+    /// costs work in the QPs it lets send, not in all that wait.
+    pub tx_waiters: VecDeque<u32>,
     /// Request bytes sent and not acknowledged across the RC QPs (each
     /// QP's `tx_charged`), held near `cfg.tx_budget_bytes`.
     pub tx_unacked: u64,

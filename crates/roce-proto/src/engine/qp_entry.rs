@@ -254,9 +254,16 @@ impl QpEntry {
             // charged, and must go: held back, the QP would spend its
             // retries without sending and fail with RETRY_EXC_ERR while
             // every QP waits for ACKs that only the resends can bring.
+            //
+            // The cap holds for every QP, also one with nothing
+            // unacknowledged: with thousands of QPs, one packet each is
+            // already more than a receive buffer holds, and a queue that
+            // long outlasts the ACK timeout. Every wait ends: the packet
+            // that brought the device to the cap asked for an ACK
+            // (`Requester::poll_transmit`), and its ACK frees room.
             let resending = self.req.psn().is_before(self.req.psn_hi());
-            if !resending && self.tx_charged > 0 && res.tx_unacked >= cap {
-                if self.req.wait_for_budget(res, self.core.qpn) {
+            if !resending && res.tx_unacked >= cap {
+                if self.req.wait_for_tx_budget(res, self.core.qpn) {
                     res.counters.tx_budget_waits += 1;
                 }
                 return None;
