@@ -79,6 +79,11 @@ impl MrTable {
         Some(mr)
     }
 
+    /// Regions registered on the device.
+    pub fn len(&self) -> usize {
+        self.by_lkey.len()
+    }
+
     pub fn count_in_pd(&self, pd: PdId) -> usize {
         self.by_lkey.values().filter(|m| m.pd == pd).count()
     }
