@@ -6,7 +6,7 @@
 //! engine object is destroyed when the last handle goes.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 
@@ -156,6 +156,7 @@ impl Device {
             driving_until: AtomicU64::new(0),
             registry,
             dead: OnceLock::new(),
+            verbs_waiting: AtomicU32::new(0),
         });
         let s2 = shared.clone();
         let thread = std::thread::Builder::new()

@@ -10,7 +10,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration as StdDuration;
 
@@ -102,6 +102,10 @@ pub(crate) struct Shared {
     /// trusted. Set once; from then on every verb fails with
     /// [`Error::DeviceDead`] and every waiter is woken to fail.
     pub dead: OnceLock<String>,
+    /// Application threads waiting for the lock in [`Shared::lock`]: the
+    /// driver thread lets them in before its next turn
+    /// ([`Shared::lock_for_turn`]).
+    pub verbs_waiting: AtomicU32,
 }
 
 /// How long an application thread's [`Shared::drive`] keeps the driver
@@ -109,6 +113,10 @@ pub(crate) struct Shared {
 /// once that thread stops calling, and how often the driver thread looks
 /// in while it calls.
 pub(crate) const DRIVE_LEASE: StdDuration = StdDuration::from_micros(200);
+
+/// The longest the driver thread yields to application threads waiting
+/// for the lock before its next turn.
+pub(crate) const HANDOFF_WAIT: StdDuration = StdDuration::from_micros(200);
 
 pub(crate) const WAKER: mio::Token = mio::Token(1);
 /// In busy-poll mode the driver thread runs due timers at least this often.
@@ -125,7 +133,31 @@ impl Shared {
     /// panicked. A lock poisoned by a panic under it (on an application
     /// thread, in a verb that does not catch it) kills the device too.
     pub fn lock(&self) -> Result<MutexGuard<'_, Core>, Error> {
-        match self.core.lock() {
+        self.verbs_waiting.fetch_add(1, Ordering::AcqRel);
+        let core = self.core.lock();
+        self.verbs_waiting.fetch_sub(1, Ordering::AcqRel);
+        self.checked(core)
+    }
+
+    /// The core for the driver thread's next turn. Under load its socket
+    /// is always readable, so it would take the lock again the moment it
+    /// let it go, before a thread woken to post or poll could run: on a
+    /// device with thousands of QPs a pass of posts then waited seconds.
+    /// So it first lets the waiting application threads take the lock
+    /// (yielding its core for at most [`HANDOFF_WAIT`]).
+    pub fn lock_for_turn(&self) -> Result<MutexGuard<'_, Core>, Error> {
+        let since = std::time::Instant::now();
+        while self.verbs_waiting.load(Ordering::Acquire) > 0 && since.elapsed() < HANDOFF_WAIT {
+            std::thread::yield_now();
+        }
+        self.checked(self.core.lock())
+    }
+
+    fn checked<'a>(
+        &'a self,
+        core: std::sync::LockResult<MutexGuard<'a, Core>>,
+    ) -> Result<MutexGuard<'a, Core>, Error> {
+        match core {
             Ok(core) if self.dead.get().is_none() => Ok(core),
             Ok(_) => Err(self.dead_error()),
             Err(poisoned) => {

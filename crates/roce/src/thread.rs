@@ -30,7 +30,7 @@ pub(crate) fn run(shared: std::sync::Arc<Shared>, mut poll: mio::Poll) {
         }
     };
     while !shared.stop.load(Ordering::Acquire) {
-        let Ok(mut core) = shared.lock() else { break };
+        let Ok(mut core) = shared.lock_for_turn() else { break };
         let turn = std::panic::catch_unwind(AssertUnwindSafe(|| turn(&shared, &mut core, &mut timer)));
         let (timeout, wake) = match turn {
             Ok(t) => t,
