@@ -127,6 +127,29 @@ fn timed_runs() {
     }
 }
 
+/// A timed run with more queued than its time lets through (256 QPs of
+/// 128 x 64 KiB WRITEs is 2 GiB): it counts what completed by the
+/// deadline, then flushes the rest (the QPs to ERR), and each QP first
+/// completes one message, so the server still checks every QP's data.
+/// READs check on the client; a bidirectional SEND test also flushes its
+/// posted receives, which must not be reposted or reported as errors.
+#[test]
+fn timed_runs_flush_their_backlog_and_check_every_qp() {
+    let runs: &[&[&str]] =
+        &[&["write-bw", "-q", "256"], &["read-bw", "-q", "16"], &["send-bw", "-b", "-q", "4", "-s", "8192"]];
+    for args in runs {
+        let mut a = vec!["perf"];
+        a.extend_from_slice(args);
+        a.extend_from_slice(&["--loopback", "--udp-port", "0", "-D", "1", "--json"]);
+        let o = roce(&a);
+        let out = assert_ok(&o, &a.join(" "));
+        let v: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+        assert_eq!(v["data_check"], "ok", "{out}");
+        let iters = v["results"][0]["iters"].as_u64().expect("iters");
+        assert!(iters > 0, "{out}");
+    }
+}
+
 #[test]
 fn ipv6_loopback() {
     let o = roce(&[

@@ -15,8 +15,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use roce::{
-    alloc_buffer, Access, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu, Pd, Psn, Qp,
-    QpBuilder, QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
+    alloc_buffer, Access, AttrMask, ConnectOptions, Cq, Device, DeviceConfig, Endpoint, Mr, PathMtu, Pd, Psn,
+    Qp, QpAttr, QpBuilder, QpState, QpType, RecvWr, SendOp, SendWr, Wc, WcStatus, WC_ZERO,
 };
 use serde_json::{json, Value};
 
@@ -103,6 +103,68 @@ impl Stall {
                     self.limit.as_secs_f64()
                 ),
             });
+        }
+        Ok(())
+    }
+}
+
+/// How often a long pass of posts stops to take completions.
+const REAP_EVERY: Duration = Duration::from_millis(1);
+
+/// The sender's count of its requests in [`RdmaSide::run_bw`].
+struct Sends {
+    /// Requests posted, per QP.
+    scnt: Vec<u64>,
+    /// Requests completed (or flushed), per QP.
+    ccnt: Vec<u64>,
+    deadline: Option<Instant>,
+    /// A timed run is over and its QPs went to ERR: flush errors are
+    /// expected.
+    flushed: bool,
+    /// Keep each request's completion time (for the peak).
+    record: bool,
+    completed: Vec<Instant>,
+    /// Requests completed successfully (by the deadline of a timed run).
+    done: u64,
+    last_done: Instant,
+}
+
+impl Sends {
+    fn new(qps: usize, start: Instant, deadline: Option<Instant>, record: bool, cap: usize) -> Sends {
+        Sends {
+            scnt: vec![0; qps],
+            ccnt: vec![0; qps],
+            deadline,
+            flushed: false,
+            record,
+            completed: Vec::with_capacity(cap),
+            done: 0,
+            last_done: start,
+        }
+    }
+
+    /// Counts completions taken at `now`. A signalled request's completion
+    /// stands for the unsignalled ones before it (its id is its number).
+    fn absorb(&mut self, wcs: &[Wc], now: Instant) -> Result<()> {
+        for wc in wcs {
+            let flush = self.flushed && wc.status == WcStatus::WrFlushErr;
+            if wc.status != WcStatus::Success && !flush {
+                return Err(wc_error(wc, "a work request"));
+            }
+            let qi = (wc.wr_id >> IDX_BITS) as usize;
+            let Some(c) = self.ccnt.get_mut(qi) else { continue };
+            let upto = wc.wr_id & ((1 << IDX_BITS) - 1);
+            let newly = upto.saturating_sub(*c);
+            *c = (*c).max(upto);
+            // A timed run counts what completed by the deadline.
+            if flush || self.deadline.is_some_and(|d| now > d) {
+                continue;
+            }
+            if self.record {
+                self.completed.extend(std::iter::repeat_n(now, newly as usize));
+            }
+            self.done += newly;
+            self.last_done = now;
         }
         Ok(())
     }
@@ -328,6 +390,16 @@ impl RdmaSide {
         Ok(())
     }
 
+    /// Moves every QP to ERR: what the peer has not yet acknowledged
+    /// completes with `WrFlushErr`.
+    fn flush_qps(&self) -> Result<()> {
+        let err = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+        for qp in &self.res().qps {
+            qp.modify(&err, AttrMask::STATE)?;
+        }
+        Ok(())
+    }
+
     /// Compares the received half of each QP's buffer with the pattern.
     fn check_received(&mut self, size: u64, skip_last: bool) -> Verdict {
         let res = self.res();
@@ -487,6 +559,7 @@ impl Side for RdmaSide {
         let port = self.dev.local_addr().port();
         let gid = gid_bytes(self.dev.gid());
         let (mut qps, mut mrs, mut local) = (Vec::new(), Vec::new(), Vec::new());
+        let zeros = vec![0u8; half];
         for qi in 0..c.qps {
             let qp = pd.create_qp(
                 QpBuilder::new(QpType::Rc, &scq, &rcq)
@@ -501,8 +574,18 @@ impl Side for RdmaSide {
                 Verb::Read => Some(half),
                 Verb::Atomic => None,
             };
-            if let Some(at) = fill {
-                mr.write(at, &pattern(qi, half))?;
+            // perftest writes its buffers before the test; so do we, so
+            // that no page is first touched (faulted in and zeroed by the
+            // kernel) while the test is timed.
+            match fill {
+                Some(at) => {
+                    mr.write(at, &pattern(qi, half))?;
+                    mr.write(half - at, &zeros)?;
+                }
+                None => {
+                    mr.write(0, &zeros)?;
+                    mr.write(half, &zeros)?;
+                }
             }
             local.push(KeyMsg {
                 lid: 0,
@@ -646,41 +729,71 @@ impl Side for RdmaSide {
         let (tx, cq_mod) = (u64::from(c.tx_depth), u64::from(c.cq_mod));
         let recv_too = c.duplex && c.test.verb == Verb::Send;
         let limit = if timed { u64::MAX } else { n };
-        let (mut scnt, mut ccnt, mut rcnt) = (vec![0u64; q], vec![0u64; q], vec![0u64; q]);
+        let mut rcnt = vec![0u64; q];
         // Per-request times only feed the peak; without it, the span will do.
         let record = !timed && !c.no_peak;
         let cap = if record { (n as usize).saturating_mul(q).min(1 << 24) } else { 0 };
-        let (mut posted, mut completed) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
+        let mut posted = Vec::with_capacity(cap);
         let mut wcs = vec![WC_ZERO; 256];
         let mut stall = Stall::new(c.timeout);
         let start = Instant::now();
-        let (mut last_done, mut last_recv, mut done_total) = (start, start, 0u64);
+        let mut t = Sends::new(q, start, deadline, record, cap);
+        let mut last_recv = start;
         let mut stopped = false;
         loop {
             let now = Instant::now();
             stopped |= deadline.is_some_and(|d| now >= d);
-            if !stopped {
-                for qi in 0..q {
-                    let mut want = (n - scnt[qi]).min(tx - (scnt[qi] - ccnt[qi]));
-                    if timed {
-                        // Timed runs post whole moderation groups: each ends signalled.
-                        want -= want % cq_mod;
-                    }
-                    if want == 0 {
-                        continue;
-                    }
-                    let first = scnt[qi];
-                    let wrs: Vec<SendWr> = (first..first + want)
-                        .map(|i| self.wr(qi, i, size, (i + 1) % cq_mod == 0 || i + 1 == n))
-                        .collect();
-                    self.res().qps[qi].post_send_batch(wrs)?;
-                    if record {
-                        posted.extend(std::iter::repeat_n(now, want as usize));
-                    }
-                    scnt[qi] += want;
+            if stopped && timed && !t.flushed && t.ccnt.iter().all(|&n| n > 0) {
+                // perftest leaves the requests still queued at the end of a
+                // timed run to the QPs' destruction; flushing them now (the
+                // QPs to ERR, IBTA 10.3.1: outstanding WRs complete with a
+                // flush error) stops the traffic at the deadline instead of
+                // after a backlog of up to qps x tx-depth messages. Each QP
+                // first completes one message, so the peer's data check
+                // finds a whole one.
+                self.flush_qps()?;
+                t.flushed = true;
+            }
+            let mut reaped = now;
+            for qi in 0..q {
+                // Past the deadline, only a QP that has not posted yet (a
+                // first pass over thousands of QPs can outlast a short
+                // run) posts its first group: every QP sends something.
+                if stopped && t.scnt[qi] > 0 {
+                    continue;
+                }
+                let mut want = (n - t.scnt[qi]).min(tx - (t.scnt[qi] - t.ccnt[qi]));
+                if timed {
+                    // Timed runs post whole moderation groups: each ends signalled.
+                    want -= want % cq_mod;
+                }
+                if want == 0 {
+                    continue;
+                }
+                let first = t.scnt[qi];
+                let wrs: Vec<SendWr> = (first..first + want)
+                    .map(|i| self.wr(qi, i, size, (i + 1) % cq_mod == 0 || i + 1 == n))
+                    .collect();
+                // A post sends what the device has ready, from this thread:
+                // with thousands of QPs one pass can take seconds, so
+                // completions are taken as they come, not after it.
+                let at = Instant::now();
+                self.res().qps[qi].post_send_batch(wrs)?;
+                if record {
+                    posted.extend(std::iter::repeat_n(at, want as usize));
+                }
+                let now = Instant::now();
+                t.scnt[qi] += want;
+                if now.duration_since(reaped) >= REAP_EVERY {
+                    let k = take(&self.res().scq, &mut wcs, Duration::ZERO)?;
+                    t.absorb(&wcs[..k], Instant::now())?;
+                    reaped = now;
+                    stopped |= deadline.is_some_and(|d| now >= d);
                 }
             }
-            let sends_done = (0..q).all(|i| ccnt[i] == scnt[i] && (stopped || scnt[i] == n));
+            let sends_done = (0..q).all(|i| {
+                t.ccnt[i] == t.scnt[i] && if timed { stopped && t.scnt[i] > 0 } else { t.scnt[i] == n }
+            });
             let recvs_done = !recv_too
                 || if timed {
                     stopped && last_recv.elapsed() >= DRAIN_QUIET
@@ -690,6 +803,7 @@ impl Side for RdmaSide {
             if sends_done && recvs_done {
                 break;
             }
+            let now = Instant::now();
             let mut wait = stall.left().max(Duration::from_millis(1));
             if recv_too {
                 wait = Duration::from_millis(1);
@@ -700,21 +814,7 @@ impl Side for RdmaSide {
                 wait = Duration::ZERO;
             }
             let k = take(&self.res().scq, &mut wcs, wait)?;
-            let now = Instant::now();
-            for wc in &wcs[..k] {
-                if wc.status != WcStatus::Success {
-                    return Err(wc_error(wc, "a work request"));
-                }
-                let qi = (wc.wr_id >> IDX_BITS) as usize;
-                let upto = wc.wr_id & ((1 << IDX_BITS) - 1);
-                let newly = upto.saturating_sub(ccnt[qi]);
-                ccnt[qi] = ccnt[qi].max(upto);
-                if record {
-                    completed.extend(std::iter::repeat_n(now, newly as usize));
-                }
-                done_total += newly;
-                last_done = now;
-            }
+            t.absorb(&wcs[..k], Instant::now())?;
             let mut progressed = k > 0;
             if recv_too {
                 let r = take(
@@ -723,7 +823,13 @@ impl Side for RdmaSide {
                     if sends_done { Duration::from_millis(1) } else { Duration::ZERO },
                 )?;
                 if r > 0 {
-                    let batch = wcs[..r].to_vec();
+                    // Flushed receives are not reposted: the QP is in ERR.
+                    let flushed = t.flushed;
+                    let batch: Vec<Wc> = wcs[..r]
+                        .iter()
+                        .filter(|w| !(flushed && w.status == WcStatus::WrFlushErr))
+                        .copied()
+                        .collect();
                     self.on_recvs(&batch, size, &mut rcnt, limit)?;
                     last_recv = Instant::now();
                     progressed = true;
@@ -736,9 +842,9 @@ impl Side for RdmaSide {
             }
         }
         let mut rep = if !record {
-            report::bw_report_span(size, done_total, last_done.saturating_duration_since(start), c.gbits)
+            report::bw_report_span(size, t.done, t.last_done.saturating_duration_since(start), c.gbits)
         } else {
-            report::bw_report(size, &posted, &completed, c.cq_mod as usize, c.gbits)
+            report::bw_report(size, &posted, &t.completed, c.cq_mod as usize, c.gbits)
         };
         if c.no_peak {
             rep.bw_peak = 0.0;
