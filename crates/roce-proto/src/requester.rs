@@ -108,23 +108,13 @@ impl Requester {
     /// Puts this QP on `Res::read_waiters` (once); true if it was not
     /// there yet.
     pub fn wait_for_read_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
-        let fresh = !self.read_wait;
-        if fresh {
-            self.read_wait = true;
-            res.read_waiters.push_back(qpn);
-        }
-        fresh
+        enlist(&mut self.read_wait, &mut res.read_waiters, qpn)
     }
 
     /// Puts this QP at the back of `Res::tx_waiters` (once); true if it
     /// was not there yet.
     pub fn wait_for_tx_budget(&mut self, res: &mut Res, qpn: u32) -> bool {
-        let fresh = !self.tx_wait;
-        if fresh {
-            self.tx_wait = true;
-            res.tx_waiters.push_back(qpn);
-        }
-        fresh
+        enlist(&mut self.tx_wait, &mut res.tx_waiters, qpn)
     }
 
     /// The engine took this QP off `Res::read_waiters` to try again.
@@ -463,6 +453,16 @@ fn opcode_for(t: QpType, op: &SendOp, first: bool, last: bool) -> Option<u8> {
         _ => Suffix::Plain,
     };
     opcode::find(transport, operation, position, suffix).map(|o| o.code)
+}
+
+/// Appends `qpn` to a list of waiters unless `on` says it is there already.
+fn enlist(on: &mut bool, list: &mut std::collections::VecDeque<u32>, qpn: u32) -> bool {
+    let fresh = !*on;
+    if fresh {
+        *on = true;
+        list.push_back(qpn);
+    }
+    fresh
 }
 
 #[cfg(test)]
