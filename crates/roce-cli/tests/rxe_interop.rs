@@ -363,31 +363,38 @@ fn split_reads(pcap: &Path) -> (u64, u64, u64) {
 /// The RoCE packets of a capture: (from the host?, IP header onwards),
 /// with the UDP checksum of packets sent to the host cleared when `mask`.
 fn roce_packets(path: &Path, mask: bool) -> Vec<(bool, Vec<u8>)> {
-    let host: [&[u8]; 2] = [&[10, 47, 0, 3], &"fd47::3".parse::<std::net::Ipv6Addr>().unwrap().octets()];
     let mut out = Vec::new();
     let Ok(r) = roce_wire::pcap::PcapReader::open(path) else { return out };
     for rec in r.flatten() {
-        let f = rec.data;
-        if f.len() < 14 {
-            continue;
-        }
-        let ip = f[14..].to_vec();
-        let (udp_at, src) = match u16::from_be_bytes([f[12], f[13]]) {
-            0x0800 if ip.len() >= 28 && ip[9] == 17 => (usize::from(ip[0] & 15) * 4, &ip[12..16]),
-            0x86dd if ip.len() >= 48 && ip[6] == 17 => (40, &ip[8..24]),
-            _ => continue,
-        };
-        if ip.len() < udp_at + 8 || u16::from_be_bytes([ip[udp_at + 2], ip[udp_at + 3]]) != 4791 {
-            continue;
-        }
-        let from_host = host.contains(&src);
-        let mut ip = ip.clone();
+        let Some(RoceFrame { udp_at, from_host }) = roce_frame(&rec.data) else { continue };
+        let mut ip = rec.data[14..].to_vec();
         if mask && !from_host {
             ip[udp_at + 6..udp_at + 8].fill(0);
         }
         out.push((from_host, ip));
     }
     out
+}
+
+/// Where a captured Ethernet frame's UDP header starts (from the IP
+/// header) and who sent it, if it is RoCEv2 (UDP to port 4791).
+struct RoceFrame {
+    udp_at: usize,
+    from_host: bool,
+}
+
+fn roce_frame(f: &[u8]) -> Option<RoceFrame> {
+    let host: [&[u8]; 2] = [&[10, 47, 0, 3], &HOST_IP6.parse::<std::net::Ipv6Addr>().unwrap().octets()];
+    let ip = f.get(14..)?;
+    let (udp_at, src) = match u16::from_be_bytes([f[12], f[13]]) {
+        0x0800 if ip.len() >= 28 && ip[9] == 17 => (usize::from(ip[0] & 15) * 4, &ip[12..16]),
+        0x86dd if ip.len() >= 48 && ip[6] == 17 => (40, &ip[8..24]),
+        _ => return None,
+    };
+    if ip.len() < udp_at + 8 || u16::from_be_bytes([ip[udp_at + 2], ip[udp_at + 3]]) != 4791 {
+        return None;
+    }
+    Some(RoceFrame { udp_at, from_host: host.contains(&src) })
 }
 
 /// Requests rxe sent again, from a capture: (all of them, those it had to:
@@ -602,7 +609,6 @@ const REFERENCE_SAMPLE: usize = 8;
 /// capture (94,000 frames, 72% of them rxe's) took 165 s of CI's 20
 /// minutes. Returns the path and (ours, rxe's judged, rxe's in all).
 fn judged_part(wire: &Path) -> Result<(PathBuf, usize, usize, usize), String> {
-    let host: [&[u8]; 2] = [&[10, 47, 0, 3], &HOST_IP6.parse::<std::net::Ipv6Addr>().unwrap().octets()];
     let r = roce_wire::pcap::PcapReader::open(wire).map_err(|e| format!("{}: {e}", wire.display()))?;
     let out = wire.with_file_name(format!(
         "{}-judged.pcap",
@@ -611,29 +617,16 @@ fn judged_part(wire: &Path) -> Result<(PathBuf, usize, usize, usize), String> {
     let mut w = roce_wire::pcap::PcapWriter::create(&out).map_err(|e| e.to_string())?;
     let (mut ours, mut theirs, mut judged) = (0, 0, 0);
     for rec in r.flatten() {
-        let f = &rec.data;
-        if f.len() < 14 {
-            continue;
-        }
-        let ip = &f[14..];
-        let (udp_at, src) = match u16::from_be_bytes([f[12], f[13]]) {
-            0x0800 if ip.len() >= 28 && ip[9] == 17 => (usize::from(ip[0] & 15) * 4, &ip[12..16]),
-            0x86dd if ip.len() >= 48 && ip[6] == 17 => (40, &ip[8..24]),
-            _ => continue,
-        };
-        if ip.len() < udp_at + 8 || u16::from_be_bytes([ip[udp_at + 2], ip[udp_at + 3]]) != 4791 {
-            continue;
-        }
-        let keep = if host.contains(&src) {
+        let Some(frame) = roce_frame(&rec.data) else { continue };
+        let keep = frame.from_host || theirs % REFERENCE_SAMPLE == 0;
+        if frame.from_host {
             ours += 1;
-            true
         } else {
+            judged += usize::from(keep);
             theirs += 1;
-            (theirs - 1) % REFERENCE_SAMPLE == 0
-        };
+        }
         if keep {
-            judged += usize::from(!host.contains(&src));
-            w.write(rec.timestamp, f).map_err(|e| e.to_string())?;
+            w.write(rec.timestamp, &rec.data).map_err(|e| e.to_string())?;
         }
     }
     w.finish().map_err(|e| e.to_string())?;

@@ -786,7 +786,7 @@ impl Side for RdmaSide {
                 t.scnt[qi] += want;
                 if now.duration_since(reaped) >= REAP_EVERY {
                     let k = take(&self.res().scq, &mut wcs, Duration::ZERO)?;
-                    t.absorb(&wcs[..k], Instant::now())?;
+                    t.absorb(&wcs[..k], now)?;
                     reaped = now;
                     stopped |= deadline.is_some_and(|d| now >= d);
                 }
