@@ -149,7 +149,7 @@ pub fn explain(seed: u64, cfg: &Config) -> Option<String> {
         let found = psns.into_iter().find_map(|stuck| {
             // The chain of retries starts at the last response at or
             // before the stuck PSN (progress resets the count, §9.7.6.1.3;
-            // a READ response past a gap is ignored, §9.7.5.1.2), but for a
+            // a READ response past a gap does not answer it), but for a
             // sequence error NAK at the stuck PSN itself, which answers
             // nothing there: it only asks for it again.
             let last = heard

@@ -37,6 +37,11 @@
 //! without counting as progress; once the responses in order pass the
 //! highest stale one, the gap is closed and the next gap is a new loss.
 //!
+//! READ responses are recovered selectively (`place_past_gap`): one past a
+//! gap inside a run of READ WQEs is placed where its PSN says and only the
+//! gap is asked for again, so the restart above is left to gaps that a
+//! SEND, WRITE or atomic stands in, and to the ACK timeout.
+//!
 //! A duplicate READ response (before the oldest unacknowledged PSN) is a
 //! replay of requests that an ACK timeout repeated: the responder serves
 //! a repeated request after everything queued before it (rxe does), so a
@@ -52,7 +57,8 @@
 //! trips, at least `read_tail_floor`) has its missing tail asked for again
 //! at once, as the ACK timeout would much later (a tail loss shows no gap
 //! to any later response): the `ReadTail` timer, re-armed by every response
-//! placed, fires a restart at the first missing PSN, at most
+//! placed, asks for the rest of the request from the first missing PSN (once
+//! per gap unless bytes past it show the answer lost), at most
 //! `READ_TAIL_REREQUESTS` times, each waiting twice as long, before the ACK
 //! timeout decides (`read_tail_rerequests` counts them). A request that
 //! repeats part of a READ is what IBTA vol. 1 §9.7.5.2.4 prescribes for a
@@ -66,7 +72,7 @@ use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
 use crate::limits::{GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS};
 use crate::qp::QpCore;
-use crate::requester::Requester;
+use crate::requester::{GapRequest, Requester};
 use crate::res::Res;
 use crate::time::{ack_timeout, rnr_timer, Duration, Instant};
 use crate::timers::TimerKind;
@@ -110,6 +116,9 @@ pub(crate) struct Completer {
     /// `read_progress`).
     last_read_at: Option<Instant>,
     read_gap: Duration,
+    /// The oldest unacknowledged PSN when the requester last asked for a
+    /// gap in a READ's responses (`ask_gap`): that gap is asked for.
+    gap_asked: Option<Psn>,
 }
 
 /// Result of acknowledging everything before a PSN.
@@ -307,11 +316,29 @@ impl Completer {
         if self.tail_left == 0 {
             return;
         }
+        // Only the missing part of the READ request the tail is in: the
+        // requests after it were answered or are still being answered
+        // (their own tail timer comes when the oldest missing byte is
+        // theirs). A tail already asked for again waits for the ACK
+        // timeout: the responder answers a repeated request after what it
+        // was sending, and asking twice would have the rest of the request
+        // served twice. A gap with bytes past it is asked for again (its
+        // answer, a few packets, was lost).
+        let front = c.q.sq.iter().position(|w| w.done.is_none());
+        let next = front.and_then(|i| c.q.sq[i].read_above.next_start(c.q.sq[i].read_done));
+        if self.gap_asked == Some(self.psn) && next.is_none() {
+            return;
+        }
         self.tail_left -= 1;
         c.res.counters.read_tail_rerequests += 1;
-        let at = self.psn;
-        self.restarted_at(c, at);
-        self.restart(c, at);
+        if front.is_some_and(|i| self.request_gap(c, i, next)) {
+            self.last_read_at = None;
+            self.rearm(c);
+        } else {
+            let at = self.psn;
+            self.restarted_at(c, at);
+            self.restart(c, at);
+        }
         self.tail_wait = Duration(self.tail_wait.0.saturating_mul(2));
         self.arm_read_tail(c);
     }
@@ -324,6 +351,7 @@ impl Completer {
         // nothing sent since the last acknowledgement asked for one, the
         // silence is not a loss. Resend, which asks, without spending a retry.
         let asked = c.req.ackreq_psn().is_some_and(|p| !p.is_before(self.psn));
+        self.gap_asked = None;
         if !asked {
             c.req.rewind(c.q, c.res, self.psn, self.psn);
             self.rearm(c);
@@ -393,6 +421,7 @@ impl Completer {
     /// responder's own (`read_progress` does not measure it).
     fn restart(&mut self, c: &mut Ctx<'_>, at: Psn) {
         self.last_read_at = None;
+        self.gap_asked = None;
         c.req.rewind(c.q, c.res, self.psn, at);
         self.rearm(c);
     }
@@ -546,12 +575,14 @@ impl Completer {
 
     fn on_read_response(&mut self, c: &mut Ctx<'_>, info: &'static OpcodeInfo, pkt: &RocePacketRepr<'_>) {
         let psn = pkt.bth.psn;
+        if psn != self.psn && self.place_past_gap(c, info, pkt) {
+            return;
+        }
         if let Implied::Retry(at) = self.ack_before(c, psn) {
             self.gap_retry(c, at);
             return;
         }
         let mtu = c.q.mtu() as u64;
-        let pd = c.q.init.pd;
         let Some(idx) = c.q.sq.iter().position(|w| w.done.is_none()) else {
             c.res.counters.unexpected_response_dropped += 1;
             return;
@@ -569,43 +600,208 @@ impl Completer {
         }
         let offset = psn.distance(w.first_psn) as u64 * mtu;
         let n = pkt.payload.len() as u64;
-        // Each READ request ends on a multiple of the chunk or at the
-        // WQE's end (see `requester`); a response message must end there.
-        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
-        let request_end = ((offset / chunk + 1) * chunk).min(w.length);
-        let remaining = request_end.saturating_sub(offset);
-        let ends = info.position.ends_message();
-        let size_ok = if ends { n == remaining } else { n == mtu && n < remaining };
-        if !size_ok || offset != w.read_done {
+        if offset != w.read_done || !Self::size_ok(c, idx, offset, n, info.position.ends_message()) {
             c.q.fail_front(WcStatus::BadRespErr);
             return;
         }
-        if n > 0 {
-            if let Err(e) = c.res.mrs.scatter(&w.wr.sg_list, pd, offset, pkt.payload) {
-                let status = match e {
-                    crate::mr::LocalError::Protection => WcStatus::LocProtErr,
-                    crate::mr::LocalError::Length => WcStatus::LocLenErr,
-                };
-                c.q.fail_front(status);
-                return;
-            }
+        if n > 0 && !Self::place(c, idx, offset, pkt.payload) {
+            return;
         }
-        let w = &mut c.q.sq[idx];
-        w.read_done = offset + n;
-        w.read_sent = w.read_sent.max(w.read_done);
-        w.recharge(&mut c.res.read_outstanding);
-        let complete = w.read_done >= w.length;
-        self.psn = psn.next();
-        if ends {
-            // This READ request is answered in full.
-            c.req.read_or_atomic_done();
-        }
-        if ends && complete {
-            c.q.sq[idx].done = Some(WcStatus::Success);
-            self.retire(c);
-        }
+        self.take_in_order(c, idx, offset + n);
         self.progress(c);
         self.read_progress(c, !info.position.starts_message());
+        self.ask_gap(c);
+    }
+
+    /// Whether a READ response of `n` bytes at `offset` of WQE `idx` has
+    /// the size its place calls for. Each READ request ends on a multiple
+    /// of the chunk or at the WQE's end (see `requester`), and a response
+    /// message ends there; or, answering a request for a gap (see
+    /// `ask_gap`), where the bytes placed past the gap begin, after a full
+    /// packet.
+    fn size_ok(c: &Ctx<'_>, idx: usize, offset: u64, n: u64, ends: bool) -> bool {
+        let w = &c.q.sq[idx];
+        let mtu = c.q.mtu() as u64;
+        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
+        let request_end = ((offset / chunk + 1) * chunk).min(w.length);
+        let remaining = request_end.saturating_sub(offset);
+        if ends {
+            n == remaining || (n == mtu && n < remaining && w.read_above.starts_at(offset + n))
+        } else {
+            n == mtu && n < remaining
+        }
+    }
+
+    /// Writes a READ response's payload into WQE `idx`'s local buffers at
+    /// `offset`; a local fault ends the WQE (and the QP) in error.
+    fn place(c: &mut Ctx<'_>, idx: usize, offset: u64, payload: &[u8]) -> bool {
+        let w = &c.q.sq[idx];
+        match c.res.mrs.scatter(&w.wr.sg_list, c.q.init.pd, offset, payload) {
+            Ok(()) => true,
+            Err(e) => {
+                c.q.fail_front(match e {
+                    crate::mr::LocalError::Protection => WcStatus::LocProtErr,
+                    crate::mr::LocalError::Length => WcStatus::LocLenErr,
+                });
+                false
+            }
+        }
+    }
+
+    /// The responses of READ WQE `idx` are in order up to `to`: take in
+    /// what was placed past it before, move the oldest unacknowledged PSN,
+    /// count the READ requests answered in full (room for another under
+    /// `max_rd_atomic`), and complete the WQE once all of it is there,
+    /// carrying on into the next WQE if its first bytes were placed past a
+    /// gap too.
+    fn take_in_order(&mut self, c: &mut Ctx<'_>, mut idx: usize, to: u64) {
+        let mtu = c.q.mtu() as u64;
+        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
+        let mut to = to;
+        loop {
+            let w = &mut c.q.sq[idx];
+            let from = w.read_done;
+            let done = w.read_above.absorb(to).min(w.length);
+            w.read_done = done;
+            w.read_sent = w.read_sent.max(done);
+            w.recharge(&mut c.res.read_outstanding);
+            // Requests of this WQE answered in full by byte `x`.
+            // (A READ of no bytes is one request, answered by its one
+            // response.)
+            let answered = |x: u64| if x >= w.length { w.length.div_ceil(chunk).max(1) } else { x / chunk };
+            let ended = if w.length == 0 { 1 } else { answered(done) - answered(from) };
+            for _ in 0..ended {
+                c.req.read_or_atomic_done();
+            }
+            if done < w.length {
+                self.psn = w.first_psn.add((done / mtu) as u32);
+                break;
+            }
+            self.psn = w.last_psn.next();
+            w.read_above.clear();
+            w.done = Some(WcStatus::Success);
+            let next = c.q.sq.get(idx + 1).filter(|n| {
+                n.done.is_none()
+                    && n.started
+                    && matches!(n.wr.op, SendOp::Read { .. })
+                    && n.read_above.starts_at(0)
+            });
+            if next.is_none() {
+                break;
+            }
+            idx += 1;
+            to = 0;
+        }
+        self.retire(c);
+    }
+
+    /// Selective recovery of READ responses. A READ response past a gap
+    /// (a PSN after the oldest unacknowledged one, inside a READ WQE
+    /// reached over READ WQEs only) is placed where its PSN says, and only
+    /// the gap is asked for again (`ask_gap`), not everything after it: a
+    /// responder answers a repeated request after what it was sending
+    /// (rxe does), so going back N would cost the whole window per lost
+    /// packet, and a lossy link would spend its time on replays. IBTA
+    /// vol. 1 §9.7.5.2.4 leaves the requester free to ask for any part of
+    /// a READ again; where the response's data goes follows from its PSN
+    /// (§9.4.4: one PSN per response packet, each a full PMTU but the
+    /// last). Returns false where this does not apply (the old rule then
+    /// decides: a SEND, WRITE or atomic stands between, or the response
+    /// carries no data).
+    fn place_past_gap(
+        &mut self,
+        c: &mut Ctx<'_>,
+        info: &'static OpcodeInfo,
+        pkt: &RocePacketRepr<'_>,
+    ) -> bool {
+        let psn = pkt.bth.psn;
+        let n = pkt.payload.len() as u64;
+        if n == 0 {
+            return false;
+        }
+        let mut found = None;
+        for (i, w) in c.q.sq.iter().enumerate() {
+            if w.done.is_some() {
+                continue;
+            }
+            if !w.started || !matches!(w.wr.op, SendOp::Read { .. }) {
+                return false;
+            }
+            if psn.in_window(w.first_psn, w.last_psn.distance(w.first_psn) as u32 + 1) {
+                found = Some(i);
+                break;
+            }
+        }
+        let Some(idx) = found else { return false };
+        let w = &c.q.sq[idx];
+        let offset = psn.distance(w.first_psn) as u64 * c.q.mtu() as u64;
+        if offset < w.read_done {
+            return false;
+        }
+        if w.read_above.contains(offset) {
+            c.res.counters.duplicate_response += 1;
+            self.answering(c);
+            return true;
+        }
+        if !Self::size_ok(c, idx, offset, n, info.position.ends_message()) {
+            c.q.fail_front(WcStatus::BadRespErr);
+            return true;
+        }
+        if !Self::place(c, idx, offset, pkt.payload) {
+            return true;
+        }
+        c.q.sq[idx].read_above.insert(offset, offset + n);
+        c.res.counters.read_placed_past_gap += 1;
+        // New bytes: the responder is answering, and the retry count
+        // measures timeouts without progress.
+        self.retry_left = c.q.attr.retry_cnt;
+        self.rearm(c);
+        self.read_progress(c, !info.position.starts_message());
+        self.ask_gap(c);
+        true
+    }
+
+    /// Asks again for the gap at the oldest unacknowledged PSN, once, if
+    /// bytes past it were placed (a response was lost): from there to the
+    /// first byte placed past it, within the READ request the gap is in
+    /// (a responder finds the request to repeat by PSN and serves a part
+    /// of it, IBTA vol. 1 §9.7.5.1.2). Gaps are asked for one at a time,
+    /// the lowest first, so no request asks for bytes before an earlier
+    /// one of the same READ request: rxe serves a repeated request only if
+    /// it starts at or after the last one it served for that request.
+    fn ask_gap(&mut self, c: &mut Ctx<'_>) {
+        if self.gap_asked == Some(self.psn) {
+            return;
+        }
+        let Some(idx) = c.q.sq.iter().position(|w| w.done.is_none()) else { return };
+        let w = &c.q.sq[idx];
+        let placed_past = w.read_above.next_start(w.read_done);
+        if placed_past.is_none() && c.q.sq.iter().skip(idx + 1).all(|w| w.read_above.is_empty()) {
+            return;
+        }
+        self.request_gap(c, idx, placed_past);
+    }
+
+    /// Has the requester ask for the bytes of front WQE `idx` from its
+    /// oldest missing one to `until` (at most to the end of that READ
+    /// request, and of what was asked for).
+    fn request_gap(&mut self, c: &mut Ctx<'_>, idx: usize, until: Option<u64>) -> bool {
+        let w = &c.q.sq[idx];
+        if !w.started || !matches!(w.wr.op, SendOp::Read { .. }) {
+            return false;
+        }
+        let mtu = c.q.mtu() as u64;
+        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
+        let from = w.read_done;
+        let request_end = ((from / chunk + 1) * chunk).min(w.length).min(w.read_sent);
+        let to = until.map_or(request_end, |u| u.min(request_end));
+        if to <= from {
+            return false;
+        }
+        let seq = c.q.sq_base + idx as u64;
+        c.req.request_gap(GapRequest { seq, psn: self.psn, offset: from, len: to - from });
+        self.gap_asked = Some(self.psn);
+        true
     }
 
     fn on_atomic_ack(&mut self, c: &mut Ctx<'_>, psn: Psn, orig: u64) {

@@ -90,6 +90,12 @@ counters! {
     /// READ tails asked for again because their responses stopped before
     /// the end and nothing came for a few round trips (see `completer`).
     read_tail_rerequests,
+    /// READ responses placed past a gap (the lost ones are asked for
+    /// alone, see `completer`).
+    read_placed_past_gap,
+    /// READ requests that asked again for one gap in a READ's responses
+    /// (not the rest of the READ).
+    read_gap_rerequests,
     /// Times a READ request waited because the device's READ-response
     /// budget (`EngineConfig::rx_budget_bytes`) was full.
     read_budget_waits,

@@ -60,6 +60,22 @@ pub(crate) struct Requester {
     read_wait: bool,
     /// On `Res::tx_waiters`, waiting for room under the request budget.
     tx_wait: bool,
+    /// A READ request for one gap in a READ's responses, to go before
+    /// anything else (the completer's selective recovery).
+    gap_request: Option<GapRequest>,
+}
+
+/// A READ request that asks again for part of a READ already asked for
+/// (IBTA vol. 1 §9.7.5.2.4: the requester may ask for any part of a READ's
+/// range again): PSN `psn`, the WQE's bytes `[offset, offset + len)`. It
+/// leaves the requester's cursor where it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GapRequest {
+    /// The READ WQE's sequence number (see `QpCore::sq_base`).
+    pub seq: u64,
+    pub psn: Psn,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// What the requester could not do with a WQE it had to send.
@@ -117,6 +133,18 @@ impl Requester {
         enlist(&mut self.tx_wait, &mut res.tx_waiters, qpn)
     }
 
+    /// Asks for part of a READ again before anything else is sent
+    /// (replacing a request for another gap not sent yet).
+    pub fn request_gap(&mut self, r: GapRequest) {
+        self.gap_request = Some(r);
+    }
+
+    /// Whether a gap request waits to be sent: a resend, which no budget
+    /// holds back.
+    pub fn gap_request_pending(&self) -> bool {
+        self.gap_request.is_some()
+    }
+
     /// The engine took this QP off `Res::read_waiters` to try again.
     pub fn read_budget_woken(&mut self) {
         self.read_wait = false;
@@ -137,6 +165,7 @@ impl Requester {
     /// and nothing is left to send.
     pub fn abort(&mut self, q: &QpCore) {
         self.rd_atomic_outstanding = 0;
+        self.gap_request = None;
         self.next = q.sq_base + q.sq.len() as u64;
         self.offset = 0;
     }
@@ -154,6 +183,8 @@ impl Requester {
     /// IBTA §9.7.5.2.4).
     pub fn rewind(&mut self, q: &mut QpCore, res: &mut Res, oldest: Psn, psn: Psn) {
         let mtu = q.mtu() as u64;
+        // Everything from `psn` is asked for again, gaps included.
+        self.gap_request = None;
         let mut resume = None;
         for (i, w) in q.sq.iter().enumerate() {
             if w.done.is_some() {
@@ -221,6 +252,11 @@ impl Requester {
     ) -> Result<Option<usize>, SendFault> {
         if (!q.can_send() && q.state != QpState::Sqd) || q.timers.is_set(TimerKind::Rnr) {
             return Ok(None);
+        }
+        if let Some(r) = self.gap_request.take() {
+            if let Some(len) = self.emit_gap_request(q, res, now, r, buf) {
+                return Ok(Some(len));
+            }
         }
         let seq = self.next;
         let mtu = q.mtu();
@@ -399,6 +435,47 @@ impl Requester {
             q.timers.set(TimerKind::Ack, ack_timeout(q.attr.timeout).map(|d| now + d));
         }
         Ok(Some(len))
+    }
+
+    /// Builds the READ request of a gap request (`None` if its WQE is gone
+    /// or the packet cannot be built: the gap is then left to the timers).
+    /// It asks for an ACK (a READ always does) and consumes nothing: its
+    /// PSNs and its share of the READ budget and of `max_rd_atomic` are
+    /// those of the request it repeats part of.
+    fn emit_gap_request(
+        &mut self,
+        q: &mut QpCore,
+        res: &mut Res,
+        now: Instant,
+        r: GapRequest,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let w = q.wqe(r.seq).filter(|w| w.done.is_none() && w.started)?;
+        let SendOp::Read { remote_addr, rkey } = w.wr.op else { return None };
+        let ext = ExtHeaders {
+            reth: Some(RethRepr { va: remote_addr.wrapping_add(r.offset), rkey, dma_len: r.len as u32 }),
+            ..ExtHeaders::default()
+        };
+        let bth = BthRepr {
+            opcode: opcode_for(QpType::Rc, &w.wr.op, true, true)?,
+            solicited: false,
+            mig_req: false,
+            pkey: res.cfg.pkey,
+            fecn: false,
+            becn: false,
+            dest_qp: q.attr.dest_qp_num,
+            ack_req: true,
+            psn: r.psn,
+        };
+        let hdr = RocePacketRepr { bth, ext, payload: &[] }.emit_header(buf, 0).ok()?;
+        if self.ackreq_psn.is_none_or(|p| p.is_before(r.psn)) {
+            self.ackreq_psn = Some(r.psn);
+        }
+        res.counters.read_gap_rerequests += 1;
+        if !q.timers.is_set(TimerKind::Ack) {
+            q.timers.set(TimerKind::Ack, ack_timeout(q.attr.timeout).map(|d| now + d));
+        }
+        Some(hdr + roce_wire::icrc::ICRC_LEN)
     }
 
     /// The WQE at `seq` cannot be sent: it completes in error and the QP

@@ -124,6 +124,7 @@ impl Engine {
             started: false,
             read_done: 0,
             read_sent: 0,
+            read_above: Default::default(),
             read_charged: 0,
             done: None,
         });

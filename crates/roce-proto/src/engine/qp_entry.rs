@@ -261,7 +261,7 @@ impl QpEntry {
             // long outlasts the ACK timeout. Every wait ends: the packet
             // that brought the device to the cap asked for an ACK
             // (`Requester::poll_transmit`), and its ACK frees room.
-            let resending = self.req.psn().is_before(self.req.psn_hi());
+            let resending = self.req.psn().is_before(self.req.psn_hi()) || self.req.gap_request_pending();
             if !resending && res.tx_unacked >= cap {
                 if self.req.wait_for_tx_budget(res, self.core.qpn) {
                     res.counters.tx_budget_waits += 1;
