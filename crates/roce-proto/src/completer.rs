@@ -70,7 +70,9 @@
 
 use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
-use crate::limits::{GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS};
+use crate::limits::{
+    GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS, SMALL_GAP_PACKETS,
+};
 use crate::qp::QpCore;
 use crate::requester::{GapRequest, Requester};
 use crate::res::Res;
@@ -117,8 +119,9 @@ pub(crate) struct Completer {
     last_read_at: Option<Instant>,
     read_gap: Duration,
     /// The oldest unacknowledged PSN when the requester last asked for a
-    /// gap in a READ's responses (`ask_gap`): that gap is asked for.
-    gap_asked: Option<Psn>,
+    /// gap in a READ's responses (`ask_gap`), and how many bytes it asked
+    /// for: that gap is asked for.
+    gap_asked: Option<(Psn, u64)>,
 }
 
 /// Result of acknowledging everything before a PSN.
@@ -319,14 +322,18 @@ impl Completer {
         // Only the missing part of the READ request the tail is in: the
         // requests after it were answered or are still being answered
         // (their own tail timer comes when the oldest missing byte is
-        // theirs). A tail already asked for again waits for the ACK
+        // theirs). A long tail already asked for again waits for the ACK
         // timeout: the responder answers a repeated request after what it
         // was sending, and asking twice would have the rest of the request
-        // served twice. A gap with bytes past it is asked for again (its
-        // answer, a few packets, was lost).
+        // served twice. A gap with bytes past it, or a short tail
+        // (`SMALL_GAP_PACKETS`), is asked for again: its answer was lost,
+        // or is cheap to have twice.
         let front = c.q.sq.iter().position(|w| w.done.is_none());
         let next = front.and_then(|i| c.q.sq[i].read_above.next_start(c.q.sq[i].read_done));
-        if self.gap_asked == Some(self.psn) && next.is_none() {
+        let asked_long = self
+            .gap_asked
+            .is_some_and(|(p, len)| p == self.psn && len > SMALL_GAP_PACKETS * c.q.mtu() as u64);
+        if asked_long && next.is_none() {
             return;
         }
         self.tail_left -= 1;
@@ -365,6 +372,20 @@ impl Completer {
         self.retry_left -= 1;
         c.res.counters.completer_retry_err += 1;
         self.last_read_at = None;
+        // A READ partly answered asks again for the part of its request
+        // from the oldest missing byte (a retransmission from the oldest
+        // unacknowledged PSN, §9.7.6.1.3, of that request only): the
+        // responder serves a repeated request after what it was sending,
+        // and going back N would have it send the whole window again. A
+        // later request that never arrived is asked for in turn, once the
+        // oldest missing byte is its.
+        let front = c.q.sq.iter().position(|w| w.done.is_none());
+        let answered = front.is_some_and(|i| c.q.sq[i].read_done > 0 || !c.q.sq[i].read_above.is_empty());
+        let next = front.and_then(|i| c.q.sq[i].read_above.next_start(c.q.sq[i].read_done));
+        if answered && front.is_some_and(|i| self.request_gap(c, i, next)) {
+            self.rearm(c);
+            return;
+        }
         c.req.rewind(c.q, c.res, self.psn, self.psn);
         self.rearm(c);
     }
@@ -770,7 +791,7 @@ impl Completer {
     /// one of the same READ request: rxe serves a repeated request only if
     /// it starts at or after the last one it served for that request.
     fn ask_gap(&mut self, c: &mut Ctx<'_>) {
-        if self.gap_asked == Some(self.psn) {
+        if self.gap_asked.is_some_and(|(p, _)| p == self.psn) {
             return;
         }
         let Some(idx) = c.q.sq.iter().position(|w| w.done.is_none()) else { return };
@@ -800,7 +821,7 @@ impl Completer {
         }
         let seq = c.q.sq_base + idx as u64;
         c.req.request_gap(GapRequest { seq, psn: self.psn, offset: from, len: to - from });
-        self.gap_asked = Some(self.psn);
+        self.gap_asked = Some((self.psn, to - from));
         true
     }
 

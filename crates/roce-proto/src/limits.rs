@@ -45,6 +45,12 @@ pub const GAP_RETRY_TIMEOUT_DIVISOR: u64 = 8;
 /// the longest pause lately between two responses of one READ request.
 pub const READ_TAIL_GAPS: u64 = 8;
 
+/// A READ tail asked for again and still missing is asked for once more by
+/// the tail timer if the request was this many packets or fewer (served
+/// twice, it costs little; lost, it would wait for the ACK timeout);
+/// a longer one waits for the ACK timeout (see `completer`).
+pub const SMALL_GAP_PACKETS: u64 = 16;
+
 /// Re-requests of a stalled READ's tail without any response in between;
 /// after them the local ACK timeout decides.
 pub const READ_TAIL_REREQUESTS: u8 = 3;
