@@ -71,7 +71,8 @@
 use roce_wire::{NakCode, OpcodeInfo, Operation, Psn, RocePacketRepr, Syndrome};
 
 use crate::limits::{
-    GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS, SMALL_GAP_PACKETS,
+    read_request_end, GAP_RETRY_TIMEOUT_DIVISOR, READ_TAIL_GAPS, READ_TAIL_REREQUESTS, READ_TAIL_RTTS,
+    SMALL_GAP_PACKETS,
 };
 use crate::qp::QpCore;
 use crate::requester::{GapRequest, Requester};
@@ -329,16 +330,16 @@ impl Completer {
         // (`SMALL_GAP_PACKETS`), is asked for again: its answer was lost,
         // or is cheap to have twice.
         let front = c.q.sq.iter().position(|w| w.done.is_none());
-        let next = front.and_then(|i| c.q.sq[i].read_above.next_start(c.q.sq[i].read_done));
+        let placed_past = front.is_some_and(|i| !c.q.sq[i].read_above.is_empty());
         let asked_long = self
             .gap_asked
             .is_some_and(|(p, len)| p == self.psn && len > SMALL_GAP_PACKETS * c.q.mtu() as u64);
-        if asked_long && next.is_none() {
+        if asked_long && !placed_past {
             return;
         }
         self.tail_left -= 1;
         c.res.counters.read_tail_rerequests += 1;
-        if front.is_some_and(|i| self.request_gap(c, i, next)) {
+        if front.is_some_and(|i| self.request_gap(c, i)) {
             self.last_read_at = None;
             self.rearm(c);
         } else {
@@ -381,8 +382,7 @@ impl Completer {
         // oldest missing byte is its.
         let front = c.q.sq.iter().position(|w| w.done.is_none());
         let answered = front.is_some_and(|i| c.q.sq[i].read_done > 0 || !c.q.sq[i].read_above.is_empty());
-        let next = front.and_then(|i| c.q.sq[i].read_above.next_start(c.q.sq[i].read_done));
-        if answered && front.is_some_and(|i| self.request_gap(c, i, next)) {
+        if answered && front.is_some_and(|i| self.request_gap(c, i)) {
             self.rearm(c);
             return;
         }
@@ -631,7 +631,11 @@ impl Completer {
         self.take_in_order(c, idx, offset + n);
         self.progress(c);
         self.read_progress(c, !info.position.starts_message());
-        self.ask_gap(c);
+        // Bytes placed past a gap came in a response above the oldest
+        // unacknowledged PSN: without one, no gap (and no scan per packet).
+        if self.last_rsp.is_some_and(|l| !l.is_before(self.psn)) {
+            self.ask_gap(c);
+        }
     }
 
     /// Whether a READ response of `n` bytes at `offset` of WQE `idx` has
@@ -643,8 +647,7 @@ impl Completer {
     fn size_ok(c: &Ctx<'_>, idx: usize, offset: u64, n: u64, ends: bool) -> bool {
         let w = &c.q.sq[idx];
         let mtu = c.q.mtu() as u64;
-        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
-        let request_end = ((offset / chunk + 1) * chunk).min(w.length);
+        let request_end = read_request_end(c.res.cfg.rx_budget_bytes, mtu as usize, offset, w.length);
         let remaining = request_end.saturating_sub(offset);
         if ends {
             n == remaining || (n == mtu && n < remaining && w.read_above.starts_at(offset + n))
@@ -795,27 +798,24 @@ impl Completer {
             return;
         }
         let Some(idx) = c.q.sq.iter().position(|w| w.done.is_none()) else { return };
-        let w = &c.q.sq[idx];
-        let placed_past = w.read_above.next_start(w.read_done);
-        if placed_past.is_none() && c.q.sq.iter().skip(idx + 1).all(|w| w.read_above.is_empty()) {
+        if c.q.sq.iter().skip(idx).all(|w| w.read_above.is_empty()) {
             return;
         }
-        self.request_gap(c, idx, placed_past);
+        self.request_gap(c, idx);
     }
 
     /// Has the requester ask for the bytes of front WQE `idx` from its
-    /// oldest missing one to `until` (at most to the end of that READ
-    /// request, and of what was asked for).
-    fn request_gap(&mut self, c: &mut Ctx<'_>, idx: usize, until: Option<u64>) -> bool {
+    /// oldest missing one to the first placed past it (at most to the end
+    /// of that READ request, and of what was asked for).
+    fn request_gap(&mut self, c: &mut Ctx<'_>, idx: usize) -> bool {
         let w = &c.q.sq[idx];
         if !w.started || !matches!(w.wr.op, SendOp::Read { .. }) {
             return false;
         }
-        let mtu = c.q.mtu() as u64;
-        let chunk = crate::limits::read_chunk(c.res.cfg.rx_budget_bytes, mtu as usize);
         let from = w.read_done;
-        let request_end = ((from / chunk + 1) * chunk).min(w.length).min(w.read_sent);
-        let to = until.map_or(request_end, |u| u.min(request_end));
+        let request_end =
+            read_request_end(c.res.cfg.rx_budget_bytes, c.q.mtu(), from, w.length).min(w.read_sent);
+        let to = w.read_above.next_start(from).map_or(request_end, |u| u.min(request_end));
         if to <= from {
             return false;
         }

@@ -65,6 +65,13 @@ pub fn read_chunk(rx_budget_bytes: u64, mtu: usize) -> u64 {
     (rx_budget_bytes / READ_CHUNKS_PER_BUDGET / mtu).max(1) * mtu
 }
 
+/// The end of the READ request that holds byte `offset` of a READ WQE of
+/// `length` bytes: the next multiple of `read_chunk` (or the WQE's end).
+pub fn read_request_end(rx_budget_bytes: u64, mtu: usize, offset: u64, length: u64) -> u64 {
+    let chunk = read_chunk(rx_budget_bytes, mtu);
+    ((offset / chunk + 1) * chunk).min(length)
+}
+
 /// Default: ask for an ACK at least every this many packets of a message.
 pub const ACK_REQ_EVERY: u32 = 64;
 

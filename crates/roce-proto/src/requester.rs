@@ -289,8 +289,8 @@ impl Requester {
         // the next multiple of the chunk, if the budget has room.
         let mut read_len = 0u64;
         if let SendOp::Read { .. } = op {
-            let chunk = crate::limits::read_chunk(res.cfg.rx_budget_bytes, mtu);
-            read_len = ((self.offset / chunk + 1) * chunk).min(wqe.length) - self.offset.min(wqe.length);
+            read_len = crate::limits::read_request_end(res.cfg.rx_budget_bytes, mtu, self.offset, wqe.length)
+                - self.offset.min(wqe.length);
             let out = res.read_outstanding;
             if out > 0 && out + read_len > res.cfg.rx_budget_bytes {
                 if self.wait_for_read_budget(res, q.qpn) {
