@@ -28,6 +28,7 @@ mod routing;
 pub mod scenario;
 pub mod sim;
 pub mod summary;
+pub mod sweep;
 mod switch;
 pub mod toml_scenario;
 pub mod topo;

@@ -338,6 +338,83 @@ fn human_bytes(b: f64) -> String {
     .replace(".000", "")
 }
 
+/// One line of a sweep's plot: its label and its (x, y) points.
+pub type SweepSeries = (String, Vec<(f64, f64)>);
+
+/// A sweep's figure against one axis, one line per combination of the
+/// other axes (`roce sim sweep --plot`): an SVG document. `x_ticks`, when
+/// given, names the x positions (an axis of sizes or words).
+pub fn sweep_svg(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[SweepSeries],
+    x_ticks: Option<&[(f64, String)]>,
+) -> io::Result<String> {
+    sweep_svg_inner(title, x_desc, y_desc, series, x_ticks).map_err(io::Error::other)
+}
+
+fn sweep_svg_inner(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[SweepSeries],
+    x_ticks: Option<&[(f64, String)]>,
+) -> DrawResult<String> {
+    let all = || series.iter().flat_map(|s| s.1.iter());
+    let (x_lo, x_hi) =
+        all().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| (lo.min(p.0), hi.max(p.0)));
+    let y_hi = all().map(|p| p.1).fold(0.0f64, f64::max);
+    let (x_lo, x_hi) = if x_lo.is_finite() { (x_lo, x_hi) } else { (0.0, 1.0) };
+    let pad = ((x_hi - x_lo) * 0.05).max(0.5);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(span(x_lo - pad, x_hi + pad), span(0.0, y_hi * 1.1))
+            .map_err(err)?;
+        let tick_label = |x: &f64| match x_ticks {
+            Some(t) => {
+                t.iter().find(|(at, _)| (at - x).abs() < 1e-9).map_or_else(String::new, |t| t.1.clone())
+            }
+            None => format!("{x}"),
+        };
+        let mut mesh = chart.configure_mesh();
+        mesh.x_desc(x_desc).y_desc(y_desc).x_label_formatter(&tick_label);
+        if let Some(t) = x_ticks {
+            // One label per named position: plotters' ticks land on them
+            // when there are as many as the span's whole numbers.
+            mesh.x_labels(t.len() * 2 + 1);
+        }
+        mesh.draw().map_err(err)?;
+        for (k, (label, pts)) in series.iter().enumerate() {
+            let colour = colour(k);
+            chart
+                .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(2)))
+                .map_err(err)?
+                .label(label.as_str())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], colour.stroke_width(2)));
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, colour.filled()))).map_err(err)?;
+        }
+        if series.len() > 1 && series.len() <= MAX_LEGEND {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .position(SeriesLabelPosition::UpperLeft)
+                .draw()
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,5 +535,19 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_well_formed(&std::fs::read_to_string(&files[0]).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_sweep_plot_has_a_line_per_series_and_names_its_ticks() {
+        let series = vec![
+            ("dcqcn=paper".to_string(), vec![(0.0, 2.0), (1.0, 3.0)]),
+            ("dcqcn=hpcc".to_string(), vec![(0.0, 1.5), (1.0, 1.2)]),
+        ];
+        let ticks = [(0.0, "low".to_string()), (1.0, "high".to_string())];
+        let svg = sweep_svg("t", "ecn", "slowdown_p99", &series, Some(&ticks)).unwrap();
+        assert!(svg.contains("dcqcn=paper") && svg.contains("dcqcn=hpcc"), "{svg}");
+        assert!(svg.contains("low\n</text>") && svg.contains("high\n</text>"), "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 4, "a dot per point: {svg}");
+        assert!(sweep_svg("empty", "x", "y", &[], None).unwrap().contains("<svg"));
     }
 }
