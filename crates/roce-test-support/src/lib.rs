@@ -7,6 +7,7 @@
 //! notice on stderr, except under CI, where that is a failure.
 
 pub mod module_graph;
+pub mod slurm;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

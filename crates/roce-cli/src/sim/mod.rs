@@ -8,6 +8,8 @@
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
 //! roce sim replay TRACE.parquet [--meta META.yaml] [--reference RESULT.json]
 //! roce sim coll [WORKLOAD.toml] [--seed N] [--usage]
+//! roce sim sweep GRID.toml [--out DIR] [--jobs N | --point I | --slurm [--wait] | --collect]
+//!                [--plot COLUMN [--x AXIS]] [--list] [--show-base]
 //! ```
 //!
 //! A run writes `fct.txt`, `pfc.txt` (the HPCC simulator's formats, see
@@ -25,6 +27,7 @@ mod coll;
 mod progress;
 mod replay;
 mod run;
+mod sweep;
 mod usage;
 
 use std::fs::File;
@@ -65,6 +68,10 @@ pub enum SimCommand {
     /// Run collectives (all-reduce, ...) of a workload on the simulated
     /// fabric, one rank per host; print nccl-tests' table.
     Coll(coll::CollArgs),
+    /// Run a parameter grid over a scenario (GRID.toml): one deterministic
+    /// run per point, here with --jobs N or as a Slurm job array, and one
+    /// CSV table of the points' summary figures.
+    Sweep(sweep::SweepArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,6 +131,9 @@ pub enum SimCliError {
     Sim(#[from] FabricError),
     #[error("{0}")]
     Usage(String),
+    /// A sweep whose points have not all given their row.
+    #[error("{0}")]
+    Incomplete(String),
     #[error(transparent)]
     Replay(#[from] roce_replay::ReplayError),
 }
@@ -131,7 +141,7 @@ pub enum SimCliError {
 impl SimCliError {
     fn exit_code(&self) -> ExitCode {
         match self {
-            SimCliError::Sim(_) => ExitCode::from(EXIT_SIM_FAILED),
+            SimCliError::Sim(_) | SimCliError::Incomplete(_) => ExitCode::from(EXIT_SIM_FAILED),
             _ => ExitCode::from(EXIT_USAGE),
         }
     }
@@ -149,6 +159,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
         SimCommand::Run(args) => run::cmd_run(args),
         SimCommand::Replay(args) => replay::cmd_replay(args),
         SimCommand::Coll(args) => coll::cmd_coll(args),
+        SimCommand::Sweep(args) => sweep::cmd_sweep(args),
     };
     match result {
         Ok(code) => code,
@@ -180,10 +191,24 @@ pub fn simulate_and_write(scn: &Scenario, out_dir: &Path, payload: u64) -> Resul
     let usage = meter.stop();
     bar.finish();
     let report = result?;
-    write_file(&out_dir.join("fct.txt"), |w| hpcc::write_fct(w, scn, &report, payload))?;
-    write_file(&out_dir.join("pfc.txt"), |w| hpcc::write_pfc(w, scn, &report))?;
+    write_outputs(scn, &report, &usage, out_dir, payload)?;
+    print_summary(scn, &report, &usage, out_dir);
+    Ok(Outcome { report })
+}
+
+/// Writes a run's fct.txt, pfc.txt and summary.json into `out_dir`
+/// (which exists).
+pub fn write_outputs(
+    scn: &Scenario,
+    report: &Report,
+    usage: &Usage,
+    out_dir: &Path,
+    payload: u64,
+) -> Result<(), SimCliError> {
+    write_file(&out_dir.join("fct.txt"), |w| hpcc::write_fct(w, scn, report, payload))?;
+    write_file(&out_dir.join("pfc.txt"), |w| hpcc::write_pfc(w, scn, report))?;
     let hops_per_cpu = usage.user_cpu_s.filter(|&s| s > 0.0).map(|s| report.counters.packet_hops as f64 / s);
-    let mut summary = summary_json(scn, &report);
+    let mut summary = summary_json(scn, report);
     if let Some(obj) = summary.as_object_mut() {
         obj.insert("user_cpu_s".into(), json!(usage.user_cpu_s));
         obj.insert("max_rss_kib".into(), json!(usage.max_rss_kib));
@@ -193,9 +218,7 @@ pub fn simulate_and_write(scn: &Scenario, out_dir: &Path, payload: u64) -> Resul
     write_file(&out_dir.join("summary.json"), |w| {
         serde_json::to_writer_pretty(&mut *w, &summary).map_err(std::io::Error::other)?;
         writeln!(w)
-    })?;
-    print_summary(scn, &report, &usage, out_dir);
-    Ok(Outcome { report })
+    })
 }
 
 fn write_file(
