@@ -222,6 +222,8 @@ pub struct Comparison {
     pub ours_fct: Option<FctTotals>,
     /// Each file over all its flows.
     pub overall: SlowdownPair,
+    /// Each file over its flows of each of the [`SIZE_CLASSES`].
+    pub classes: Vec<SlowdownPair>,
     pub bins: Vec<BinStats>,
     /// `fct_analysis.py`'s table (default options) of each file, when it
     /// has at least [`MIN_FLOWS_FOR_BINS`] flows and the script would
@@ -302,9 +304,29 @@ impl Comparison {
             baseline_fct: FctTotals::of(base_fct),
             ours_fct: FctTotals::of(ours_fct),
             overall,
+            classes: class_stats(base_fct, ours_fct),
             pfc: compare_pfc(base_pfc, ours_pfc),
         }
     }
+}
+
+/// The flow-size classes of the HPCC paper's reading of FCT slowdown
+/// (small flows' tail latency is what ECN and DCQCN are tuned for): a
+/// label and the sizes `lo..hi` (bytes) of each.
+pub const SIZE_CLASSES: [(&str, u64, u64); 3] =
+    [("< 100KB", 0, 100_000), ("100KB - 1MB", 100_000, 1_000_000), (">= 1MB", 1_000_000, u64::MAX)];
+
+/// The index into [`SIZE_CLASSES`] of a flow of `size` bytes.
+pub fn size_class(size: u64) -> usize {
+    SIZE_CLASSES.iter().position(|&(_, lo, hi)| (lo..hi).contains(&size)).unwrap_or(SIZE_CLASSES.len() - 1)
+}
+
+/// Each file's slowdowns in each of the [`SIZE_CLASSES`], over its own flows.
+fn class_stats(base: &[FctLine], ours: &[FctLine]) -> Vec<SlowdownPair> {
+    let of = |lines: &[FctLine], c: usize| {
+        SlowdownStats::of(lines.iter().filter(|l| size_class(l.size) == c).map(FctLine::slowdown).collect())
+    };
+    (0..SIZE_CLASSES.len()).map(|c| SlowdownPair { baseline: of(base, c), ours: of(ours, c) }).collect()
 }
 
 /// Reads `fct.txt` and `pfc.txt` of both directories and compares them.
@@ -545,6 +567,11 @@ impl fmt::Display for Comparison {
                 b.map_or(0, |s| s.count),
                 o.map_or(0, |s| s.count)
             )?,
+        }
+        for (pair, (label, _, _)) in self.classes.iter().zip(SIZE_CLASSES) {
+            if let (Some(b), Some(o)) = (&pair.baseline, &pair.ours) {
+                fmt_stats_row(f, &format!("  {label}"), b, o)?;
+            }
         }
         for bin in &self.bins {
             let label = format!("{} - {}", fmt_size(bin.min_size), fmt_size(bin.max_size));

@@ -68,7 +68,7 @@ mod grid;
 mod row;
 
 pub use grid::{Axis, Grid, Point, MAX_POINTS};
-pub use row::{figures, header, unrun, Status, FIGURES, LARGE_FLOW, SMALL_FLOW};
+pub use row::{figures, header, unrun, Status, FIGURES};
 
 use std::path::PathBuf;
 

@@ -171,3 +171,19 @@ fn completion_and_mean_fct_over_each_whole_file() {
     assert_eq!(empty.last_fct_ratio(), None);
     assert_eq!(empty.mean_fct_ratio(), None);
 }
+
+#[test]
+fn size_classes_take_each_files_own_flows() {
+    assert_eq!((size_class(1), size_class(99_999), size_class(100_000)), (0, 0, 1));
+    assert_eq!((size_class(999_999), size_class(1_000_000), size_class(u64::MAX)), (1, 2, 2));
+    let base = [fct(1, 2, 50_000, 0, 2000, 1000), fct(1, 2, 2_000_000, 0, 9000, 3000)];
+    let ours = [fct(1, 2, 50_000, 0, 4000, 1000), fct(3, 2, 500_000, 0, 1000, 1000)];
+    let c = Comparison::from_lines(Path::new("b"), Path::new("o"), &base, &ours, &[], &[]);
+    let p50 = |s: &Option<SlowdownStats>| s.map(|s| s.p50);
+    assert_eq!((p50(&c.classes[0].baseline), p50(&c.classes[0].ours)), (Some(2.0), Some(4.0)));
+    assert_eq!((p50(&c.classes[1].baseline), p50(&c.classes[1].ours)), (None, Some(1.0)));
+    assert_eq!((p50(&c.classes[2].baseline), p50(&c.classes[2].ours)), (Some(3.0), None));
+    let text = c.to_string();
+    assert!(text.contains("    < 100KB     "), "{text}");
+    assert!(!text.contains(">= 1MB"), "a class only one file has is not a row: {text}");
+}

@@ -1,20 +1,13 @@
 //! A point's row: the summary figures of its run, as text, so that two
 //! runs of the same point give the same bytes.
 
-use crate::compare::SlowdownStats;
+use crate::compare::{size_class, SlowdownStats};
 use crate::hpcc::Standalone;
 use crate::plan::check::pause_time;
 use crate::report::{Ending, Report};
 use crate::scenario::{Scenario, Time};
 
 use super::Grid;
-
-/// Flows under this size are the small ones (the size classes of the
-/// HPCC paper's and `roce sim compare`'s reading: < 100 KB,
-/// 100 KB - 1 MB, >= 1 MB).
-pub const SMALL_FLOW: u64 = 100_000;
-/// Flows of at least this size are the large ones.
-pub const LARGE_FLOW: u64 = 1_000_000;
 
 /// The figures' columns, after `point` and the axes.
 ///
@@ -30,8 +23,9 @@ pub const LARGE_FLOW: u64 = 1_000_000;
 /// - `fct_p50_us`, `fct_p99_us`: flow completion time;
 /// - `slowdown_p50/p95/p99`: FCT over the flow's standalone FCT (clipped
 ///   below at 1, percentiles as `roce sim compare`), all flows;
-/// - `small_p99`, `medium_p99`, `large_p99`: slowdown p99 of each size
-///   class (empty when a class has no finished flow);
+/// - `small_p50` .. `large_p99`: slowdown p50/p95/p99 of each size class
+///   (`compare::SIZE_CLASSES`: small < 100 KB, medium 100 KB - 1 MB,
+///   large >= 1 MB; empty when a class has no finished flow);
 /// - `end_us`: simulated time at the end; `packet_hops`.
 pub const FIGURES: &[&str] = &[
     "ending",
@@ -48,8 +42,14 @@ pub const FIGURES: &[&str] = &[
     "slowdown_p50",
     "slowdown_p95",
     "slowdown_p99",
+    "small_p50",
+    "small_p95",
     "small_p99",
+    "medium_p50",
+    "medium_p95",
     "medium_p99",
+    "large_p50",
+    "large_p95",
     "large_p99",
     "end_us",
     "packet_hops",
@@ -91,21 +91,14 @@ pub fn figures(scn: &Scenario, report: &Report, payload: u64) -> Vec<String> {
     for r in &report.fct {
         let Some(s) = alone.fct_ps(r.src, r.dst, r.size).filter(|&s| s > 0) else { continue };
         let slowdown = (r.fct_ps as f64 / s as f64).max(1.0);
-        let class = if r.size < SMALL_FLOW {
-            0
-        } else if r.size < LARGE_FLOW {
-            1
-        } else {
-            2
-        };
-        classes[class].push(slowdown);
+        classes[size_class(r.size)].push(slowdown);
         all.push(slowdown);
     }
     let mut fcts: Vec<f64> = report.fct.iter().map(|r| r.fct_ps as f64).collect();
     fcts.sort_by(f64::total_cmp);
     let fct_pct = |p: f64| crate::compare::percentile(&fcts, p).map_or_else(String::new, |ps| us(ps as Time));
     let all = SlowdownStats::of(all);
-    let class_p99 = |i: usize| ratio(SlowdownStats::of(classes[i].clone()).map(|s| s.p99));
+    let class_stats: Vec<Option<SlowdownStats>> = classes.into_iter().map(SlowdownStats::of).collect();
     let pause = pause_time(report);
     let ending = match &report.ending {
         None => "none",
@@ -116,7 +109,7 @@ pub fn figures(scn: &Scenario, report: &Report, payload: u64) -> Vec<String> {
     };
     let drops =
         c.dropped_buffer + c.dropped_link + c.dropped_watchdog + c.dropped_unroutable + c.dropped_nic_rx;
-    vec![
+    let mut row = vec![
         ending.to_string(),
         scn.flows.len().to_string(),
         report.fct.len().to_string(),
@@ -131,13 +124,12 @@ pub fn figures(scn: &Scenario, report: &Report, payload: u64) -> Vec<String> {
         ratio(all.as_ref().map(|s| s.p50)),
         ratio(all.as_ref().map(|s| s.p95)),
         ratio(all.as_ref().map(|s| s.p99)),
-        class_p99(0),
-        class_p99(1),
-        class_p99(2),
-        us(report.end_ps),
-        c.packet_hops.to_string(),
-        String::new(),
-    ]
+    ];
+    for class in &class_stats {
+        row.extend([ratio(class.map(|s| s.p50)), ratio(class.map(|s| s.p95)), ratio(class.map(|s| s.p99))]);
+    }
+    row.extend([us(report.end_ps), c.packet_hops.to_string(), String::new()]);
+    row
 }
 
 /// The figures of a point that did not run: `ending` says why, `error`
