@@ -29,6 +29,7 @@
 //! `ENABLE_QCN` 1, `CC_MODE` 1, `PACKET_PAYLOAD_SIZE` 1000; absent DCQCN
 //! keys keep the `hpcc` set's values.
 
+pub mod compat;
 pub mod config;
 pub mod files;
 pub mod flows;
@@ -39,6 +40,7 @@ pub mod units;
 
 use std::path::{Path, PathBuf};
 
+pub use compat::{ns3_compat, Choice};
 pub use config::HpccConfig;
 pub use files::{
     hpcc_sports, parse_fct, parse_pfc, read_fct, read_pfc, write_fct, write_pfc, FctLine, PfcLine,

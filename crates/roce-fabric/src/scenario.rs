@@ -266,6 +266,26 @@ pub struct SwitchConfig {
     /// a timer (the HPCC simulator's model).
     #[serde(default)]
     pub pause_quanta: Option<u16>,
+    /// Which priority switches queue ACKs, NAKs and CNPs at.
+    #[serde(default)]
+    pub ack_class: AckClass,
+}
+
+/// Where switches queue the NICs' ACKs, NAKs and CNPs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AckClass {
+    /// At the priority the NIC sent them at ([`NicConfig::ack_priority`]):
+    /// a RoCE NIC marks its ACKs and CNPs with that priority (PCP/DSCP)
+    /// and switches classify by it.
+    #[default]
+    Nic,
+    /// At the class the packet itself carries: an ACK its QP's (with its
+    /// flow's data), a CNP its `cnp_dscp`'s; the NIC still sends them
+    /// first. The HPCC artifact's switches do this: its `ACK_HIGH_PRIO`
+    /// reaches only the NICs (`SwitchNode::m_ackHighPrio` is never set,
+    /// `switch-node.cc`), so ACKs wait behind data at every switch.
+    Packet,
 }
 
 /// The host NIC: the roce-proto engine behind a line-rate port with one
@@ -414,6 +434,7 @@ impl SwitchConfig {
             scheduling: Scheduling::Strict,
             pause_quanta: None,
             headroom_extra: Vec::new(),
+            ack_class: AckClass::Nic,
         }
     }
 

@@ -77,6 +77,9 @@
 //! pfc_threshold = { kind = "static", xoff = "40KB", xon = "20KB" }
 //! pause_quanta = 65535       # XOFF pause time (512-bit quanta), refreshed;
 //!                            # absent: XOFF/XON without a timer (HPCC)
+//! ack_class = "nic"          # ACKs/CNPs queued at the NIC's ack_priority;
+//!                            # "packet": at their own class (an ACK with its
+//!                            # flow's data: the HPCC artifact's switches)
 //! # or { kind = "dynamic", base_shift = 3, base_rate = "100G", resume_offset = "3KiB" }
 //! [[switch.headroom_extra]]  # headroom beyond headroom_rtts x rate x delay
 //! rate = "100G"              # for ports of this rate (nearest at or above,

@@ -61,3 +61,32 @@ fn dwrr_shares_by_weight() {
     let (one, two) = (fct_us(&r, 0), fct_us(&r, 1));
     assert!((one / two - 1.0).abs() < 0.03, "{one} vs {two}");
 }
+
+/// Where switches queue ACKs (`SwitchConfig::ack_class`): h2 and h3 write
+/// 4 MB each into h1 (DCQCN off, so the switch's port to h1 holds a
+/// standing queue), and h1 writes 16 KB to h2 meanwhile. The small flow's
+/// ACKs go back to h1 through that port: at the NIC's ACK priority (7,
+/// strict above the data) they pass the queue; queued at their packet's
+/// class (the flow's, 3), as the HPCC artifact's switches do, they wait
+/// behind it, and the small flow's FCT (which ends at its last ACK) with
+/// them.
+#[test]
+fn acks_queued_with_data_wait_behind_it() {
+    let small_fct = |class: AckClass| {
+        let mut s = star(3, G100, 1000);
+        s.nic.cc = "none".into();
+        s.switch.ack_class = class;
+        s.flows.push(flow(2, 1, 4_000_000, 0));
+        s.flows.push(flow(3, 1, 4_000_000, 0));
+        s.flows.push(flow(1, 2, 16_000, 100 * PS_PER_US));
+        let r = simulate(&s, None).unwrap();
+        assert_eq!(r.ending, Some(Ending::Completed));
+        assert_eq!(r.counters.dropped_bytes, 0);
+        fct_us(&r, 2)
+    };
+    let (own, with_data) = (small_fct(AckClass::Nic), small_fct(AckClass::Packet));
+    // The queue at the port to h1: PFC holds it near its XOFF point, tens
+    // of KB and more, microseconds at 100G.
+    eprintln!("small flow FCT: ACKs in their own class {own:.2} us, with the data {with_data:.2} us");
+    assert!(with_data > own + 2.0, "ACKs in their own class {own:.2} us, with the data {with_data:.2} us");
+}

@@ -42,6 +42,9 @@ pub struct BaselineArgs {
     /// per run (max RSS is then this process's peak so far).
     #[arg(long)]
     pub in_process: bool,
+    /// Model the HPCC ns-3 artifact's choices (`roce sim hpcc --ns3-compat`).
+    #[arg(long)]
+    pub ns3_compat: bool,
 }
 
 /// The baseline directory: given, or `shared/fabric-sim-baseline` in the
@@ -160,7 +163,7 @@ fn topology_of(base: &Path, run_dir: &Path) -> Result<PathBuf, SimCliError> {
 }
 
 /// Simulates one run in a child process (this binary, `sim hpcc`).
-fn run_in_child(run_dir: &Path, topology: &Path, out: &Path) -> Result<(), SimCliError> {
+fn run_in_child(run_dir: &Path, topology: &Path, out: &Path, ns3_compat: bool) -> Result<(), SimCliError> {
     let exe = std::env::current_exe().map_err(io_err(Path::new("current executable")))?;
     let status = Command::new(&exe)
         .arg("sim")
@@ -170,6 +173,7 @@ fn run_in_child(run_dir: &Path, topology: &Path, out: &Path) -> Result<(), SimCl
         .arg(topology)
         .arg("--out")
         .arg(out)
+        .args(ns3_compat.then_some("--ns3-compat"))
         .status()
         .map_err(io_err(&exe))?;
     if status.success() {
@@ -184,9 +188,13 @@ fn run_one_baseline(
     run_dir: &Path,
     out_root: &Path,
     in_process: bool,
+    ns3_compat: bool,
 ) -> Result<(RunFigures, Comparison), SimCliError> {
     let topology = topology_of(base, run_dir)?;
-    let run = load_hpcc(run_dir, &topology, None)?;
+    let mut run = load_hpcc(run_dir, &topology, None)?;
+    if ns3_compat {
+        roce_fabric::hpcc::ns3_compat(&mut run.scenario);
+    }
     let out = out_root.join(&run.scenario.name);
     if in_process {
         simulate_and_write(&run.scenario, &out, u64::from(run.payload()))?;
@@ -194,7 +202,7 @@ fn run_one_baseline(
         std::fs::create_dir_all(&out).map_err(io_err(&out))?;
         // A stale summary must not pass for this run's.
         let _ = std::fs::remove_file(out.join("summary.json"));
-        run_in_child(run_dir, &topology, &out)?;
+        run_in_child(run_dir, &topology, &out, ns3_compat)?;
     }
     let figures = RunFigures::read(&out)?;
     let comparison = compare(run_dir, &out)?;
@@ -211,7 +219,7 @@ pub fn cmd_baseline(args: &BaselineArgs) -> Result<ExitCode, SimCliError> {
     for run_dir in runs {
         let run = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         println!("==== {run}");
-        let result = run_one_baseline(&base, &run_dir, &out_root, args.in_process);
+        let result = run_one_baseline(&base, &run_dir, &out_root, args.in_process, args.ns3_compat);
         match &result {
             Ok((_, comparison)) => print!("{comparison}"),
             Err(e) => println!("FAILED: {e}"),

@@ -95,6 +95,11 @@ pub struct HpccArgs {
     /// NIC; default 64).
     #[arg(long, value_name = "N")]
     pub ack_every: Option<u32>,
+    /// Model the HPCC ns-3 artifact's choices instead of a RoCE fabric's
+    /// (`roce_fabric::hpcc::compat`: an ACK per packet, ACKs and CNPs
+    /// queued with their flow's data at switches, a CNP per marked packet).
+    #[arg(long)]
+    pub ns3_compat: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -283,6 +288,9 @@ fn cmd_hpcc(args: &HpccArgs) -> Result<ExitCode, SimCliError> {
     let mut run = load_hpcc(&args.run_dir, &args.topology, args.seed)?;
     if let Some(mtu) = args.mtu {
         run.scenario.nic.mtu = mtu;
+    }
+    if args.ns3_compat {
+        hpcc::ns3_compat(&mut run.scenario);
     }
     if let Some(n) = args.ack_every {
         run.scenario.nic.ack_req_every = n;

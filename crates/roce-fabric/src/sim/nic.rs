@@ -22,7 +22,7 @@ use super::{Ev, FabricError, Sim};
 use crate::datagram::Datagram;
 use crate::hooks::{self, Fate, LinkHooks};
 use crate::routing::flow_hash;
-use crate::scenario::{host_ip, ip_node, NodeId, Scenario, Time, PRIORITIES, PS_PER_NS};
+use crate::scenario::{host_ip, ip_node, AckClass, NodeId, Scenario, Time, PRIORITIES, PS_PER_NS};
 
 /// Bytes of frames a NIC takes from its engine ahead of the wire (the
 /// frames waiting for a paused priority count).
@@ -169,8 +169,8 @@ impl<H: LinkHooks> Sim<H> {
             if self.hosts[node].as_ref().expect("host").nic_queued >= NIC_QUEUE_CAP {
                 return None;
             }
-            let hop = self.poll_engine(node)?;
-            let (q, wire, dst) = (hop.prio() as usize, hop.wire as u64, hop.dst as usize);
+            let (hop, q) = self.poll_engine(node)?;
+            let (q, wire, dst) = (q as usize, hop.wire as u64, hop.dst as usize);
             let h = self.hosts[node].as_mut().expect("host");
             let out = if h.egress.is_empty() { p } else { h.egress[dst] as usize };
             let port = &mut self.ports[out];
@@ -188,8 +188,12 @@ impl<H: LinkHooks> Sim<H> {
         }
     }
 
-    /// One datagram from the engine as a frame, classified by priority.
-    pub(super) fn poll_engine(&mut self, node: NodeId) -> Option<Hop> {
+    /// One datagram from the engine as a frame, and the priority of the
+    /// NIC queue it goes to. The frame carries the priority switches
+    /// queue it at: the same, except for ACKs and CNPs under
+    /// [`AckClass::Packet`] (the NIC sends them at `ack_priority`, the
+    /// switches queue them at their own traffic class).
+    pub(super) fn poll_engine(&mut self, node: NodeId) -> Option<(Hop, u8)> {
         let now = Instant::from_nanos(self.now / PS_PER_NS);
         let (t, dst_host) = loop {
             let h = self.hosts[node].as_mut().expect("host");
@@ -222,9 +226,14 @@ impl<H: LinkHooks> Sim<H> {
         if kind == Kind::Cnp {
             self.report.counters.cnps += 1;
         }
+        let own = (t.traffic_class >> 5) & 7;
         let prio = match (ack, self.scn.nic.ack_priority) {
             (true, Some(p)) => p,
-            _ => (t.traffic_class >> 5) & 7,
+            _ => own,
+        };
+        let wire_prio = match self.scn.switch.ack_class {
+            AckClass::Packet => own,
+            AckClass::Nic => prio,
         };
         let (src_ip, dst_ip) = match (t.meta.src, t.meta.dst) {
             (IpAddr::V4(s), IpAddr::V4(d)) => (u32::from(s), u32::from(d)),
@@ -249,15 +258,16 @@ impl<H: LinkHooks> Sim<H> {
         if H::ACTIVE {
             self.txs[fid as usize] = Some(t);
         }
-        Some(Hop {
+        let hop = Hop {
             fid,
             hash: flow_hash(src_ip, dst_ip, t.meta.src_port, t.meta.dst_port),
             // Node numbers and wire lengths fit 16 bits (`validate`).
             dst: dst_host.unwrap_or_else(|| ip_node(dst_ip)) as u16,
             wire: wire as u16,
             in_port: 0,
-            bits: (prio & 7) | (t.traffic_class & 3) << 3,
-        })
+            bits: (wire_prio & 7) | (t.traffic_class & 3) << 3,
+        };
+        Some((hop, prio))
     }
 
     pub(super) fn host_receive(&mut self, node: NodeId, hop: Hop) {

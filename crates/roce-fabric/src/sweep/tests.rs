@@ -228,3 +228,32 @@ values = [1024, 4096]
     assert!(e("[base]\nbuiltin = \"incast\"\n[[axis]]\nkey = \"seed\"\nlabels = [\"a\"]\nvalues = [1, 2]\n")
         .contains("1 labels for 2 values"));
 }
+
+/// The ablation grid's points are the base with each `hpcc::compat`
+/// choice alone, and `ns3_compat` with all: the grid and the preset
+/// cannot drift apart.
+#[test]
+fn the_ns3_ablation_grid_is_the_presets_choices() {
+    if crate::hpcc::tests::baseline_dir().is_none() {
+        return;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("sweeps/fat-tree-ns3-ablation.toml");
+    let g = Grid::from_path(&path).unwrap();
+    let base = g.point(0).unwrap().scenario;
+    let mut want = Vec::new();
+    for c in crate::hpcc::Choice::ALL {
+        let mut s = base.clone();
+        c.apply(&mut s);
+        want.push((c.name().to_string(), s));
+    }
+    let mut all = base.clone();
+    crate::hpcc::ns3_compat(&mut all);
+    want.push(("ns3-compat".into(), all));
+    assert_eq!(g.points(), 1 + want.len());
+    for (i, (name, scn)) in want.iter().enumerate() {
+        let p = g.point(i + 1).unwrap();
+        assert_eq!(&p.values[0], name);
+        assert_eq!(&p.scenario, scn, "{name}");
+        assert_ne!(&p.scenario, &base, "{name} changes something");
+    }
+}

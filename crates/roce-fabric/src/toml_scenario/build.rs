@@ -407,6 +407,9 @@ pub(super) fn switch_config(s: &SwitchT) -> Result<SwitchConfig, ScenarioError> 
         }
         c.pause_quanta = Some(q);
     }
+    if let Some(a) = s.ack_class {
+        c.ack_class = a;
+    }
     match (s.scheduling.as_deref(), &s.dwrr_weights) {
         (None | Some("strict"), None) => {
             if s.scheduling.is_some() {

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::units::Qty;
-use crate::scenario::{FlowOp, Framing};
+use crate::scenario::{AckClass, FlowOp, Framing};
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -173,6 +173,8 @@ pub(super) struct SwitchT {
     pub(super) ecn_rules: Option<Vec<EcnT>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) pause_quanta: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(super) ack_class: Option<AckClass>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(super) headroom_extra: Option<Vec<HeadroomT>>,
 }

@@ -57,6 +57,7 @@ pfc = true
 ecn = false
 scheduling = "dwrr"
 dwrr_weights = [0, 1, 2, 3, 4, 5, 6, 7]
+ack_class = "packet"
 pfc_threshold = { kind = "dynamic", base_shift = 2, base_rate = "25G", resume_offset = "1KB" }
 
 [[switch.headroom_extra]]
@@ -180,6 +181,7 @@ fn every_field_reaches_the_scenario() {
             scheduling: Scheduling::Dwrr { weights: [0, 1, 2, 3, 4, 5, 6, 7] },
             pause_quanta: None,
             headroom_extra: vec![HeadroomRule { rate_bps: 25_000_000_000, extra_bytes: 31_250 }],
+            ack_class: AckClass::Packet,
         }
     );
     assert_eq!(

@@ -84,6 +84,7 @@ pub fn to_toml(s: &Scenario) -> String {
             dwrr_weights,
             pfc_threshold: Some(PfcT { kind: kind.into(), xoff, xon, base_shift, base_rate, resume_offset }),
             pause_quanta: sw.pause_quanta,
+            ack_class: Some(sw.ack_class),
             headroom_extra: (!sw.headroom_extra.is_empty()).then(|| {
                 sw.headroom_extra
                     .iter()

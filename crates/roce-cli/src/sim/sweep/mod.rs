@@ -5,7 +5,7 @@
 //! roce sim sweep GRID.toml [--out DIR] [--jobs N]       every point here, N at a time
 //! roce sim sweep GRID.toml --point I [--out DIR]        point I alone (a Slurm task)
 //! roce sim sweep GRID.toml --slurm [--wait] [--sbatch-arg ARG]...
-//! roce sim sweep GRID.toml --collect [--plot COLUMN [--x AXIS]]
+//! roce sim sweep GRID.toml --collect [--plot COLUMN [--x AXIS]] [--baseline RUN_DIR]
 //! roce sim sweep GRID.toml --list | --show-base
 //! ```
 //!
@@ -28,12 +28,15 @@
 //! (no CPU time), so a point gives the same row wherever it ran, and two
 //! sweeps of one grid give byte-identical tables. `--plot COLUMN` draws
 //! `sweep-COLUMN.svg`: the column against one axis (`--x`, default the
-//! first), one line per combination of the other axes.
+//! first), one line per combination of the other axes. `--baseline
+//! RUN_DIR` prints each point's slowdown percentiles over a baseline
+//! run's (all flows and each size class).
 //!
 //! Exit status: 0 when every point has its row; 1 when a simulation
 //! failed or a point has no row; 2 on a bad grid, bad arguments, or a
 //! point the scenario rejects (unless the grid says `skip_invalid`).
 
+mod against;
 mod plot;
 mod slurm;
 mod table;
@@ -82,6 +85,11 @@ pub struct SweepArgs {
     /// The axis --plot puts along x (default: the first).
     #[arg(long, value_name = "AXIS", requires = "plot")]
     pub x: Option<String>,
+    /// A baseline run directory (HPCC's fct.txt, pfc.txt): print each
+    /// point's slowdown p50/p95/p99, all flows and each size class, over
+    /// the baseline's.
+    #[arg(long, value_name = "RUN_DIR")]
+    pub baseline: Option<PathBuf>,
     /// List the points and their values; run nothing.
     #[arg(long, conflicts_with = "show_base")]
     pub list: bool,
@@ -156,6 +164,9 @@ pub fn cmd_sweep(args: &SweepArgs) -> Result<ExitCode, SimCliError> {
     let rows = table::collect(&grid, &|i| layout.row_file(i), &layout.table())?;
     table::print(&grid, &rows);
     println!("table: {}", layout.table().display());
+    if let Some(base) = &args.baseline {
+        against::print(&grid, base, &|i| layout.point_dir(i))?;
+    }
     if let Some(column) = &args.plot {
         let path = layout.out.join(format!("sweep-{column}.svg"));
         plot::write(&grid, &rows, column, args.x.as_deref(), &path)?;
