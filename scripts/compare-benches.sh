@@ -17,6 +17,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib/worktree.sh
 rev=${1:?usage: compare-benches.sh REV [ROUNDS]}
 rounds=${2:-5}
 benches=${BENCHES:-"engine vs_udp"}
@@ -24,11 +25,7 @@ benches=${BENCHES:-"engine vs_udp"}
 dir=${COMPARE_DIR:-/tmp/roce-compare}
 old_tree=$dir/tree
 commit=$(git rev-parse --verify "$rev^{commit}")
-if [ ! -d "$old_tree" ]; then
-    git worktree add --detach "$old_tree" "$commit" >/dev/null
-else
-    git -C "$old_tree" checkout --quiet --detach "$commit"
-fi
+checkout_old "$old_tree" "$rev"
 
 # Builds one bench of one tree; prints the path of its executable.
 bench_exe() {  # MANIFEST TARGET_DIR PACKAGE BENCH

@@ -13,6 +13,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib/worktree.sh
 rev=${1:?usage: compare-builds.sh REV [ROUNDS] [-- PERF ARGS]}
 shift
 rounds=7
@@ -21,19 +22,7 @@ if [ $# -gt 0 ] && [ "$1" != "--" ]; then rounds=$1; shift; fi
 perf_args=("$@")
 [ ${#perf_args[@]} -eq 0 ] && perf_args=(write-bw -n 20000)
 
-dir=${COMPARE_DIR:-/tmp/roce-compare}
-old_tree=$dir/tree
-commit=$(git rev-parse --verify "$rev^{commit}")
-if [ ! -d "$old_tree" ]; then
-    git worktree add --detach "$old_tree" "$commit" >/dev/null
-else
-    git -C "$old_tree" checkout --quiet --detach "$commit"
-fi
-echo "building $rev ($commit) and the working tree (release)" >&2
-CARGO_TARGET_DIR=$dir/target cargo build --quiet --release -p roce-cli --manifest-path "$old_tree/Cargo.toml"
-cargo build --quiet --release -p roce-cli
-old=$dir/target/release/roce
-new=target/release/roce
+release_pair "$rev"
 
 bw() {  # BINARY -> MB/s of one run
     "$1" perf "${perf_args[@]}" --loopback --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["bw_avg"])'

@@ -17,6 +17,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib/worktree.sh
 rev=${1:-}
 rounds=${2:-5}
 export COMPARE_DIR=${COMPARE_DIR:-/tmp/roce-compare-read-burst}
@@ -35,12 +36,7 @@ fi
 bins=("new:$COMPARE_DIR/new/roce")
 if [ -n "$rev" ]; then
     old_tree=$COMPARE_DIR/tree
-    commit=$(git rev-parse --verify "$rev^{commit}")
-    if [ ! -d "$old_tree" ]; then
-        git worktree add --detach "$old_tree" "$commit" >/dev/null
-    else
-        git -C "$old_tree" checkout --quiet --detach "$commit"
-    fi
+    checkout_old "$old_tree" "$rev"
     if [ -z "${SKIP_BUILD:-}" ]; then
         CARGO_TARGET_DIR=$COMPARE_DIR/target cargo build --quiet --release -p roce-cli \
             --manifest-path "$old_tree/Cargo.toml"

@@ -13,6 +13,7 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/lib/worktree.sh
 rev=${1:?usage: sim-compare-builds.sh REV [ROUNDS]}
 rounds=${2:-5}
 base=${BASELINE:-../shared/fabric-sim-baseline}
@@ -20,19 +21,7 @@ run=$base/runs/fat_ws30_dcqcn
 topo=$base/topologies/fat320_hpcc.txt
 [ -d "$run" ] || { echo "no baseline run at $run" >&2; exit 2; }
 
-dir=${COMPARE_DIR:-/tmp/roce-compare}
-old_tree=$dir/tree
-commit=$(git rev-parse --verify "$rev^{commit}")
-if [ ! -d "$old_tree" ]; then
-    git worktree add --detach "$old_tree" "$commit" >/dev/null
-else
-    git -C "$old_tree" checkout --quiet --detach "$commit"
-fi
-echo "building $rev ($commit) and the working tree (release)" >&2
-CARGO_TARGET_DIR=$dir/target cargo build --quiet --release -p roce-cli --manifest-path "$old_tree/Cargo.toml"
-cargo build --quiet --release -p roce-cli
-old=$dir/target/release/roce
-new=target/release/roce
+release_pair "$rev"
 out=${SPEED_DIR:-target/sim-compare}
 mkdir -p "$out"
 

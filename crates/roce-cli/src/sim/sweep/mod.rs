@@ -232,16 +232,10 @@ fn check_points(grid: &Grid) -> Result<(), SimCliError> {
 
 /// One point: simulated, its outputs and its row written.
 fn run_point(grid: &Grid, layout: &Layout, index: usize) -> Result<ExitCode, SimCliError> {
-    let labels = grid.labels(index).ok_or_else(|| {
-        SimCliError::Usage(format!(
-            "no point {index}: the grid has {} (0..={})",
-            grid.points(),
-            grid.points() - 1
-        ))
-    })?;
     let point = match grid.point(index) {
         Ok(p) => p,
         Err(e @ SweepError::Point { .. }) if grid.skip_invalid => {
+            let labels = grid.labels(index).unwrap_or_default();
             table::write_row(
                 grid,
                 index,
@@ -254,6 +248,7 @@ fn run_point(grid: &Grid, layout: &Layout, index: usize) -> Result<ExitCode, Sim
         }
         Err(e) => return Err(e.into()),
     };
+    let labels = point.values.clone();
     let dir = layout.point_dir(index);
     std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     let meter = Meter::start();
