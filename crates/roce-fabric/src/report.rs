@@ -146,6 +146,19 @@ pub struct Counters {
     pub seq_naks: u64,
 }
 
+impl Counters {
+    /// Frames lost for any reason: refused for want of buffer, lost on a
+    /// link, flushed by a watchdog, unroutable, or dropped by a stalled
+    /// NIC's receive buffer.
+    pub fn frames_lost(&self) -> u64 {
+        self.dropped_buffer
+            + self.dropped_link
+            + self.dropped_watchdog
+            + self.dropped_unroutable
+            + self.dropped_nic_rx
+    }
+}
+
 /// Everything a run produced.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Report {

@@ -375,17 +375,24 @@ pub fn pause_time(report: &Report) -> PauseTime {
     out
 }
 
-fn summarise(scn: &Scenario, report: &Report, payload: u64) -> RunSummary {
-    let c = &report.counters;
+/// Each finished flow's size and FCT slowdown (its FCT over its
+/// standalone FCT, clipped below at 1; the artifact's convention), in
+/// the report's order; `payload` is the IB payload per packet.
+pub fn slowdowns(scn: &Scenario, report: &Report, payload: u64) -> Vec<(u64, f64)> {
     let mut alone = Standalone::new(scn, payload);
-    let slowdowns: Vec<f64> = report
+    report
         .fct
         .iter()
         .filter_map(|r| {
             let s = alone.fct_ps(r.src, r.dst, r.size)?;
-            (s > 0).then(|| (r.fct_ps as f64 / s as f64).max(1.0))
+            (s > 0).then(|| (r.size, (r.fct_ps as f64 / s as f64).max(1.0)))
         })
-        .collect();
+        .collect()
+}
+
+fn summarise(scn: &Scenario, report: &Report, payload: u64) -> RunSummary {
+    let c = &report.counters;
+    let slowdowns: Vec<f64> = slowdowns(scn, report, payload).into_iter().map(|(_, s)| s).collect();
     let fill = |h: &HeadroomUse| h.peak_bytes as f64 / h.headroom_bytes.max(1) as f64;
     let named = |h: &HeadroomUse| {
         let node = |n: NodeId| scn.nodes.get(n).map_or_else(|| format!("node {n}"), |x| x.name.clone());
@@ -399,7 +406,7 @@ fn summarise(scn: &Scenario, report: &Report, payload: u64) -> RunSummary {
         ending: report.ending.clone(),
         end_ps: report.end_ps,
         drops_buffer: c.dropped_buffer,
-        drops_other: c.dropped_link + c.dropped_watchdog + c.dropped_unroutable + c.dropped_nic_rx,
+        drops_other: c.frames_lost() - c.dropped_buffer,
         pauses_sent: c.pfc_pause_sent,
         ecn_marks: c.ecn_marked,
         pause: pause_time(report),

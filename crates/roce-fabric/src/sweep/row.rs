@@ -2,8 +2,7 @@
 //! runs of the same point give the same bytes.
 
 use crate::compare::{size_class, SlowdownStats};
-use crate::hpcc::Standalone;
-use crate::plan::check::pause_time;
+use crate::plan::check::{pause_time, slowdowns};
 use crate::report::{Ending, Report};
 use crate::scenario::{Scenario, Time};
 
@@ -85,13 +84,10 @@ fn ratio(x: Option<f64>) -> String {
 /// is the IB payload per packet for the standalone FCT.
 pub fn figures(scn: &Scenario, report: &Report, payload: u64) -> Vec<String> {
     let c = &report.counters;
-    let mut alone = Standalone::new(scn, payload);
     let mut classes: [Vec<f64>; 3] = Default::default();
     let mut all = Vec::with_capacity(report.fct.len());
-    for r in &report.fct {
-        let Some(s) = alone.fct_ps(r.src, r.dst, r.size).filter(|&s| s > 0) else { continue };
-        let slowdown = (r.fct_ps as f64 / s as f64).max(1.0);
-        classes[size_class(r.size)].push(slowdown);
+    for (size, slowdown) in slowdowns(scn, report, payload) {
+        classes[size_class(size)].push(slowdown);
         all.push(slowdown);
     }
     let mut fcts: Vec<f64> = report.fct.iter().map(|r| r.fct_ps as f64).collect();
@@ -107,13 +103,11 @@ pub fn figures(scn: &Scenario, report: &Report, payload: u64) -> Vec<String> {
         Some(Ending::Deadlock { .. }) => "deadlock",
         Some(Ending::Stalled) => "stalled",
     };
-    let drops =
-        c.dropped_buffer + c.dropped_link + c.dropped_watchdog + c.dropped_unroutable + c.dropped_nic_rx;
     let mut row = vec![
         ending.to_string(),
         scn.flows.len().to_string(),
         report.fct.len().to_string(),
-        drops.to_string(),
+        c.frames_lost().to_string(),
         c.pfc_pause_sent.to_string(),
         us(pause.total_ps),
         pause.ports.to_string(),

@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use roce_fabric::plot::SweepSeries;
 use roce_fabric::sweep::{self, Grid};
 use roce_fabric::toml_scenario::{parse_duration, parse_size};
 use roce_fabric::PS_PER_US;
@@ -72,22 +73,19 @@ pub fn write(
     let axis = &grid.axes[xi];
     let placed = place(&axis.labels);
     let header = sweep::header(grid);
-    let mut series: BTreeMap<usize, (String, Vec<(f64, f64)>)> = BTreeMap::new();
-    let stride: usize = grid.axes[xi + 1..].iter().map(|a| a.values.len()).product();
+    // One line per combination of the other axes' values, in point order.
+    let mut series: BTreeMap<Vec<usize>, SweepSeries> = BTreeMap::new();
     for r in rows {
-        let Some(i) = r.cells.first().and_then(|c| c.parse::<usize>().ok()) else { continue };
+        let Some(mut at) = r.cells.first().and_then(|c| c.parse().ok()).and_then(|i| grid.value_indices(i))
+        else {
+            continue;
+        };
         let Some(y) = r.get(&header, column).and_then(|c| c.parse::<f64>().ok()) else { continue };
-        let k = (i / stride) % axis.values.len();
-        // The point's index with its x value taken out: one per line.
-        let line = i / (stride * axis.values.len()) * stride + i % stride;
+        let k = at.remove(xi);
         let name = || {
-            let others: Vec<String> = grid
-                .axes
-                .iter()
-                .zip(&r.cells[1..])
-                .enumerate()
-                .filter(|(j, _)| *j != xi)
-                .map(|(_, (a, v))| format!("{}={v}", a.name))
+            let others: Vec<String> = (0..grid.axes.len())
+                .filter(|&j| j != xi)
+                .map(|j| format!("{}={}", grid.axes[j].name, r.cells[1 + j]))
                 .collect();
             if others.is_empty() {
                 column.to_string()
@@ -95,9 +93,9 @@ pub fn write(
                 others.join(", ")
             }
         };
-        series.entry(line).or_insert_with(|| (name(), Vec::new())).1.push((placed.at[k], y));
+        series.entry(at).or_insert_with(|| (name(), Vec::new())).1.push((placed.at[k], y));
     }
-    let mut series: Vec<(String, Vec<(f64, f64)>)> = series.into_values().collect();
+    let mut series: Vec<SweepSeries> = series.into_values().collect();
     for s in &mut series {
         s.1.sort_by(|a, b| a.0.total_cmp(&b.0));
     }

@@ -106,11 +106,11 @@ pub fn collect(
         }
     }
     if !missing.is_empty() || !bad.is_empty() {
-        const SHOWN: usize = 10;
+        const LISTED: usize = 10;
         let mut msg = String::new();
         if !missing.is_empty() {
-            let list: Vec<String> = missing.iter().take(SHOWN).map(usize::to_string).collect();
-            let more = if missing.len() > SHOWN { ", ..." } else { "" };
+            let list: Vec<String> = missing.iter().take(LISTED).map(usize::to_string).collect();
+            let more = if missing.len() > LISTED { ", ..." } else { "" };
             msg += &format!(
                 "{} of {} points have no row (points {}{more}; run them with --point I)",
                 missing.len(),
@@ -118,7 +118,7 @@ pub fn collect(
                 list.join(", ")
             );
         }
-        for b in bad.iter().take(SHOWN) {
+        for b in bad.iter().take(LISTED) {
             msg += &format!("{}{b}", if msg.is_empty() { "" } else { "; " });
         }
         return Err(SimCliError::Incomplete(msg));
