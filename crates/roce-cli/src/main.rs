@@ -21,6 +21,7 @@ use clap::{Parser, Subcommand};
 mod coll;
 mod exec;
 mod fabric;
+mod nvmf;
 mod oob;
 mod pcap;
 mod perf;
@@ -76,6 +77,12 @@ enum Command {
         #[command(subcommand)]
         op: coll::CollCommand,
     },
+    /// NVMe over Fabrics (RDMA): `target` serves files or memory to the
+    /// Linux kernel's `nvme connect -t rdma` and to roce's initiator.
+    Nvmf {
+        #[command(subcommand)]
+        command: nvmf::NvmfCommand,
+    },
     /// Run an unmodified verbs program (perftest, ibv_*_pingpong, ...) over
     /// roce: its libibverbs.so.1 becomes roce's, with one device.
     Exec(exec::ExecArgs),
@@ -102,6 +109,7 @@ fn main() -> ExitCode {
         Command::Fabric { command } => fabric::main(&command),
         Command::Exec(args) => exec::main(&args),
         Command::Coll { op } => coll::main(&op),
+        Command::Nvmf { command } => nvmf::main(&command),
     }
 }
 

@@ -38,7 +38,7 @@ pub struct RankRate {
     pub gbps: f64,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_bytes(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.chars().last() {
         Some('K' | 'k') => (&t[..t.len() - 1], 1u64 << 10),

@@ -20,7 +20,7 @@ use std::time::Duration;
 use roce_coll::launch::{self, Placement};
 use roce_coll::{CommConfig, CommError, Communicator, Layout, OpKind, RendezvousConfig};
 
-mod args;
+pub(crate) mod args;
 mod bench;
 pub(crate) mod data;
 mod explain;

@@ -1,0 +1,316 @@
+//! The target on a roce device: an RDMA CM listener (NVMe/RDMA's port,
+//! 4420 by default) and one thread per connection, each driving one
+//! [`Queue`] with the verbs the binding prescribes (RDMA Transport 1.0,
+//! 3.3): capsules arrive as SENDs into posted receives, host data is
+//! pulled by RDMA READ and pushed by RDMA WRITE, and every response is a
+//! SEND (WITH INVALIDATE when the host's key allows it).
+//!
+//! Data is copied once between the command's registered slot and a
+//! buffer of the thread's own, so that a namespace's file I/O never runs
+//! under the device's lock (which the NIC needs for every packet).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use roce::cm::{AcceptOpts, CmEvent, Connection, Listener, ReqInfo};
+use roce::{
+    alloc_buffer, Access, AttrMask, Device, Mr, Qp, QpAttr, QpBuilder, QpState, RecvWr, SendOp, SendWr, Wc,
+    WcOpcode, WcStatus,
+};
+
+use crate::target::{Queue, Response, Step, Target};
+use crate::wire::fabrics::{rej_private, rej_status, RepPrivate, ReqPrivate};
+
+/// Where the server's messages go (a line each).
+pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// How long an accepted connection may take to send its RTU.
+const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the loops look at the stop flag and the keep-alive clock.
+const TICK: Duration = Duration::from_millis(50);
+
+/// Serves `target` on `dev`'s address, RDMA CM port `port`, until `stop`
+/// is set. Connections run on threads of their own; this returns after
+/// they have ended.
+pub fn serve(dev: &Device, target: Arc<Target>, port: u16, stop: &AtomicBool, log: Log) -> roce::Result<()> {
+    let listener = Listener::bind(dev, port)?;
+    let epoch = Instant::now();
+    let stop_all = Arc::new(AtomicBool::new(false));
+    let mut conns: Vec<JoinHandle<()>> = Vec::new();
+    let result = loop {
+        if stop.load(Ordering::Relaxed) {
+            break Ok(());
+        }
+        let now = epoch.elapsed().as_nanos() as u64;
+        for id in target.expire(now) {
+            log(&format!("controller {id}: keep-alive expired, its queues disconnect"));
+        }
+        conns.retain(|h| !h.is_finished());
+        let (id, req) = match listener.next_request(Some(TICK)) {
+            Ok(r) => r,
+            Err(roce::Error::Timeout(_)) => continue,
+            Err(e) => break Err(e),
+        };
+        let peer = SocketAddr::new(req.src_ip, req.src_port);
+        let Some(p) = ReqPrivate::parse(&req.private_data) else {
+            log(&format!("{peer}: no NVMe/RDMA private data in the request: rejected"));
+            let _ = dev.cm_reject(id, &rej_private(rej_status::INVALID_PRIVATE_DATA_LENGTH));
+            continue;
+        };
+        let queue = match Queue::accept(target.clone(), &p) {
+            Ok(q) => q,
+            Err(sts) => {
+                log(&format!("{peer}: queue {} refused ({p:?}): reject status {sts}", p.qid));
+                let _ = dev.cm_reject(id, &rej_private(sts));
+                continue;
+            }
+        };
+        match QueueConn::accept(dev, &listener, id, req, queue) {
+            Ok(c) => {
+                let stop = stop_all.clone();
+                let clog = log.clone();
+                let spawned = std::thread::Builder::new()
+                    .name(format!("nvmf-q{}", c.queue.qid()))
+                    .spawn(move || c.run(epoch, &stop, &clog));
+                match spawned {
+                    Ok(h) => conns.push(h),
+                    Err(e) => log(&format!("{peer}: no thread for the connection: {e}")),
+                }
+            }
+            Err(e) => log(&format!("{peer}: queue {} not established: {e}", p.qid)),
+        }
+    };
+    stop_all.store(true, Ordering::Relaxed);
+    for h in conns {
+        let _ = h.join();
+    }
+    result
+}
+
+/// What a work request's ID says: kind in the high half, slot in the low.
+const WR_RECV: u64 = 1 << 32;
+const WR_READ: u64 = 2 << 32;
+const WR_SEND: u64 = 3 << 32;
+const WR_WRITE: u64 = 4 << 32;
+
+/// A command waiting for its RDMA READ.
+struct Pending {
+    capsule: Vec<u8>,
+    len: usize,
+}
+
+/// One connection: its QP, receive slots, data slots and queue.
+struct QueueConn {
+    conn: Connection,
+    queue: Queue,
+    recv_mr: Mr,
+    data_mr: Mr,
+    capsule_len: usize,
+    buffer_len: usize,
+    /// Data slots not in use (one per command the host may have out).
+    free: Vec<usize>,
+    pending: Vec<Option<Pending>>,
+}
+
+impl QueueConn {
+    fn accept(
+        dev: &Device,
+        l: &Listener,
+        id: roce::cm::CmId,
+        req: ReqInfo,
+        queue: Queue,
+    ) -> roce::Result<QueueConn> {
+        let entries = usize::from(queue.crqsize());
+        let cq = dev.create_cq(4 * entries + 16)?;
+        let pd = dev.alloc_pd()?;
+        let qp = pd.create_qp(
+            QpBuilder::rc(&cq)
+                .max_send_wr(2 * entries as u32 + 8)
+                .max_recv_wr(entries as u32)
+                .max_sge(1, 1)
+                .max_inline_data(64),
+        )?;
+        let capsule_len = queue.capsule_len();
+        let buffer_len = queue.buffer_len();
+        let recv_mr = pd.reg_mr(alloc_buffer(entries * capsule_len), Access::LOCAL_WRITE)?;
+        let data_mr = pd.reg_mr(alloc_buffer(entries * buffer_len), Access::LOCAL_WRITE)?;
+        // Receives are posted before the REP leaves: the host may send its
+        // Connect as soon as it has the REP.
+        init(&qp)?;
+        for i in 0..entries {
+            post_recv(&qp, &recv_mr, capsule_len, i)?;
+        }
+        let opts = AcceptOpts {
+            private_data: RepPrivate { recfmt: 0, crqsize: queue.crqsize() }.emit().to_vec(),
+            // The host never reads from us (its REQ's initiator depth is
+            // 0); we read its data at most as deep as it lets us.
+            responder_resources: req.initiator_depth.min(16),
+            initiator_depth: req.responder_resources.min(16),
+            rnr_retry_count: 7,
+        };
+        let conn = l.accept_request(id, req, qp, &opts, Some(ESTABLISH_TIMEOUT))?;
+        Ok(QueueConn {
+            conn,
+            queue,
+            recv_mr,
+            data_mr,
+            capsule_len,
+            buffer_len,
+            free: (0..entries).rev().collect(),
+            pending: (0..entries).map(|_| None).collect(),
+        })
+    }
+
+    fn qp(&self) -> &Qp {
+        self.conn.qp()
+    }
+
+    /// Serves commands until the host disconnects, the controller goes,
+    /// or `stop`.
+    fn run(mut self, epoch: Instant, stop: &AtomicBool, log: &Log) {
+        let peer = self.conn.peer();
+        let qid = self.queue.qid();
+        let mut scratch = vec![0u8; self.buffer_len];
+        let mut wcs = [Wc::EMPTY; 32];
+        let why = 'outer: loop {
+            if stop.load(Ordering::Relaxed) {
+                break "the target stops".to_string();
+            }
+            if !self.queue.alive() {
+                break if self.queue.wants_disconnect() {
+                    "the host asked to disconnect"
+                } else {
+                    "its controller is gone"
+                }
+                .to_string();
+            }
+            while let Some(ev) = self.conn.try_event() {
+                if matches!(ev, CmEvent::Disconnected { .. }) {
+                    break 'outer "the host disconnected".to_string();
+                }
+            }
+            let n = match self.qp().recv_cq().wait(&mut wcs, TICK) {
+                Ok(n) => n,
+                Err(roce::Error::Timeout(_)) => 0,
+                Err(e) => break format!("the completion queue failed: {e}"),
+            };
+            for wc in &wcs[..n] {
+                let now = epoch.elapsed().as_nanos() as u64;
+                if let Err(e) = self.completion(wc, now, &mut scratch) {
+                    break 'outer e;
+                }
+            }
+        };
+        log(&format!("{peer}: queue {qid} of controller {:?} ends: {why}", self.queue.cntlid()));
+        self.queue.close();
+        let _ = self.conn.disconnect();
+    }
+
+    fn completion(&mut self, wc: &Wc, now: u64, scratch: &mut [u8]) -> Result<(), String> {
+        if wc.status != WcStatus::Success {
+            return Err(if wc.status == WcStatus::WrFlushErr {
+                "the QP was flushed".to_string()
+            } else {
+                format!("a work request failed: {:?} (wr {:#x})", wc.status, wc.wr_id)
+            });
+        }
+        let slot = (wc.wr_id & 0xffff_ffff) as usize;
+        match wc.wr_id & !0xffff_ffff {
+            WR_RECV if wc.opcode == WcOpcode::Recv => {
+                let len = (wc.byte_len as usize).min(self.capsule_len);
+                let mut capsule = vec![0u8; len];
+                self.recv_mr
+                    .read(slot * self.capsule_len, &mut capsule)
+                    .map_err(|e| format!("{}: {e}", "receive slot"))?;
+                post_recv(self.qp(), &self.recv_mr, self.capsule_len, slot)
+                    .map_err(|e| format!("{}: {e}", "reposting a receive"))?;
+                // A host keeps at most CRQSIZE commands out, so a slot is
+                // free; one that sends more is broken: disconnect it.
+                let d =
+                    self.free.pop().ok_or("the host sent more commands than its queue holds".to_string())?;
+                let step = self.queue.command(now, &capsule, scratch);
+                self.step(d, capsule, step, scratch)
+            }
+            WR_READ => {
+                let p = self.pending[slot].take().ok_or("a READ completed for no command".to_string())?;
+                self.data_mr
+                    .read(slot * self.buffer_len, &mut scratch[..p.len])
+                    .map_err(|e| format!("{}: {e}", "data slot"))?;
+                let step = self.queue.data_in(now, &p.capsule, &scratch[..p.len]);
+                self.step(slot, p.capsule, step, scratch)
+            }
+            WR_SEND => {
+                self.free.push(slot);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn step(&mut self, d: usize, capsule: Vec<u8>, step: Step, scratch: &[u8]) -> Result<(), String> {
+        let at = (d * self.buffer_len) as u64;
+        match step {
+            Step::Respond(r) => self.respond(d, r),
+            Step::Fetch { addr, key, len } => {
+                self.pending[d] = Some(Pending { capsule, len: len as usize });
+                let wr = SendWr::new(
+                    WR_READ | d as u64,
+                    SendOp::Read { remote_addr: addr, rkey: key },
+                    vec![self.data_mr.sge(at, len)],
+                );
+                self.qp().post_send(wr).map_err(|e| format!("{}: {e}", "posting an RDMA READ"))
+            }
+            Step::Deliver { addr, key, len, response } => {
+                if len > 0 {
+                    self.data_mr
+                        .write(at as usize, &scratch[..len as usize])
+                        .map_err(|e| format!("{}: {e}", "data slot"))?;
+                    let mut wr = SendWr::new(
+                        WR_WRITE | d as u64,
+                        SendOp::Write { remote_addr: addr, rkey: key },
+                        vec![self.data_mr.sge(at, len)],
+                    );
+                    // The response's completion says the WRITE is done (RC
+                    // completes in order).
+                    wr.signaled = false;
+                    self.qp().post_send(wr).map_err(|e| format!("{}: {e}", "posting an RDMA WRITE"))?;
+                }
+                self.respond(d, response)
+            }
+            Step::Parked => {
+                self.free.push(d);
+                Ok(())
+            }
+            Step::Fatal(why) => Err(why.to_string()),
+        }
+    }
+
+    fn respond(&mut self, d: usize, r: Response) -> Result<(), String> {
+        let op = match r.invalidate {
+            Some(rkey) => SendOp::SendWithInv { rkey },
+            None => SendOp::Send,
+        };
+        // Inline: the SGE gives the length only (its address and key are
+        // not read; the 16 bytes are copied at post time).
+        let cqe = r.cqe.emit();
+        let sge = roce::Sge { addr: 0, length: cqe.len() as u32, lkey: 0 };
+        let mut wr = SendWr::new(WR_SEND | d as u64, op, vec![sge]);
+        wr.inline = true;
+        self.qp().post_send_inline(wr, &cqe).map_err(|e| format!("{}: {e}", "posting a response"))
+    }
+}
+
+fn init(qp: &Qp) -> roce::Result<()> {
+    let a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::NONE, ..QpAttr::default() };
+    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)
+}
+
+fn post_recv(qp: &Qp, mr: &Mr, len: usize, slot: usize) -> roce::Result<()> {
+    qp.post_recv(RecvWr {
+        wr_id: WR_RECV | slot as u64,
+        sg_list: vec![mr.sge((slot * len) as u64, len as u32)],
+    })
+}

@@ -1,0 +1,320 @@
+//! One queue pair of a controller (one RDMA connection): capsules in,
+//! [`Step`]s out.
+
+use std::sync::Arc;
+
+use super::{admin, io, Target};
+use crate::wire::fabrics::{rej_status, ReqPrivate};
+use crate::wire::{admin as op, Cqe, Sgl, Sqe, Status, SQE_LEN};
+
+/// A response capsule and how to send it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Response {
+    pub cqe: Cqe,
+    /// SEND WITH INVALIDATE of this key (the host's keyed SGL had sub
+    /// type "invalidate", RDMA Transport 1.0, 3.3); plain SEND if `None`.
+    pub invalidate: Option<u32>,
+}
+
+/// What the driver does with a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Send this response; the command is over.
+    Respond(Response),
+    /// Pull `len` bytes of the host's memory (`addr`, `key`) into the
+    /// command's buffer by RDMA READ, then call [`Queue::data_in`] with
+    /// the same capsule. (RDMA Transport 1.0, 3.3: the controller moves
+    /// all data; host-to-controller data by RDMA READ.)
+    Fetch { addr: u64, key: u32, len: u32 },
+    /// RDMA WRITE the first `len` bytes of the command's buffer to the
+    /// host's memory (`addr`, `key`), then send `response` on the same QP
+    /// (ordered after the WRITE, as the binding requires).
+    Deliver { addr: u64, key: u32, len: u32, response: Response },
+    /// Held (an Asynchronous Event Request): no response until an event
+    /// or the queue's end.
+    Parked,
+    /// Not a capsule this queue can answer (shorter than an SQE): Linux
+    /// nvmet treats it as fatal to the connection, and so does the driver.
+    Fatal(&'static str),
+}
+
+/// What a handler decided, before the queue turns it into a [`Step`].
+pub(super) enum Outcome {
+    Done {
+        status: Status,
+        dw0: u32,
+        dw1: u32,
+    },
+    /// The host's data is needed (`len` bytes).
+    NeedData {
+        len: u32,
+    },
+    /// `len` bytes of the buffer go to the host, then success with `dw0`.
+    Deliver {
+        len: u32,
+        dw0: u32,
+    },
+    Park,
+}
+
+impl Outcome {
+    pub(super) fn ok() -> Outcome {
+        Outcome::Done { status: Status::SUCCESS, dw0: 0, dw1: 0 }
+    }
+    pub(super) fn ok_dw0(dw0: u32) -> Outcome {
+        Outcome::Done { status: Status::SUCCESS, dw0, dw1: 0 }
+    }
+    pub(super) fn err(status: Status) -> Outcome {
+        Outcome::Done { status, dw0: 0, dw1: 0 }
+    }
+}
+
+/// A command as the handlers see it.
+pub(super) struct Cmd<'a> {
+    pub sqe: Sqe<&'a [u8]>,
+    /// Length of the data the SGL describes.
+    pub sgl_len: u32,
+    /// The host's data, once present (in-capsule, or fetched).
+    pub data: Option<&'a [u8]>,
+    pub now: u64,
+}
+
+/// One NVMe queue pair on one RDMA connection.
+pub struct Queue {
+    pub(super) target: Arc<Target>,
+    pub(super) qid: u16,
+    /// Commands the host may have outstanding (HSQSIZE + 1).
+    entries: u16,
+    pub(super) cntlid: Option<u16>,
+    received: u32,
+    disconnect: bool,
+}
+
+impl Queue {
+    /// A queue for a connection request whose NVMe/RDMA private data is
+    /// `req` (RDMA Transport 1.0, 3.1), or the REJ status to refuse it
+    /// with (Fig. 7), checked as Linux nvmet checks it.
+    pub fn accept(target: Arc<Target>, req: &ReqPrivate) -> Result<Queue, u16> {
+        let entries = u32::from(req.hsqsize) + 1;
+        if req.recfmt != 0 {
+            return Err(rej_status::INVALID_RECFMT);
+        }
+        if req.qid > target.cfg.max_io_queues {
+            return Err(rej_status::INVALID_QID);
+        }
+        let max = if req.qid == 0 { 32 } else { u32::from(target.cfg.max_queue_entries) };
+        if entries > max || req.hsqsize == 0 {
+            return Err(rej_status::INVALID_HSQSIZE);
+        }
+        if req.hrqsize == 0 {
+            return Err(rej_status::INVALID_HRQSIZE);
+        }
+        Ok(Queue {
+            target,
+            qid: req.qid,
+            entries: entries as u16,
+            cntlid: None,
+            received: 0,
+            disconnect: false,
+        })
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// The REP's CRQSIZE: receive buffers the driver must keep posted.
+    pub fn crqsize(&self) -> u16 {
+        self.entries
+    }
+
+    /// The controller this queue belongs to, once connected.
+    pub fn cntlid(&self) -> Option<u16> {
+        self.cntlid
+    }
+
+    /// Bytes a receive buffer must hold: an SQE, plus in-capsule data on
+    /// I/O queues (admin and fabrics capsules carry none).
+    pub fn capsule_len(&self) -> usize {
+        SQE_LEN + if self.qid == 0 { 0 } else { self.target.cfg.in_capsule as usize }
+    }
+
+    /// Bytes a command's data buffer must hold.
+    pub fn buffer_len(&self) -> usize {
+        self.target.cfg.max_transfer as usize
+    }
+
+    /// False once the controller is gone (keep-alive lapsed, or its admin
+    /// queue closed): the driver disconnects.
+    pub fn alive(&self) -> bool {
+        self.cntlid.is_none_or(|c| self.target.is_alive(c)) && !self.disconnect
+    }
+
+    /// The host asked to end this queue (a Fabrics Disconnect).
+    pub fn wants_disconnect(&self) -> bool {
+        self.disconnect
+    }
+
+    /// A received capsule (`bytes`: the SQE and any in-capsule data), with
+    /// the command's data buffer (at least [`Queue::buffer_len`] bytes).
+    pub fn command(&mut self, now: u64, bytes: &[u8], buf: &mut [u8]) -> Step {
+        let Some(sqe) = Sqe::new_checked(bytes) else {
+            self.target.lock().stats.malformed += 1;
+            return Step::Fatal("capsule shorter than 64 bytes");
+        };
+        self.received = self.received.wrapping_add(1);
+        self.target.lock().stats.commands += 1;
+        if sqe.fuse() != 0 || sqe.psdt() != 1 {
+            // NVMe-oF commands use one SGL and no fused pairs (1.1, 2.1).
+            self.target.lock().stats.malformed += 1;
+            return self.finish(&sqe, None, Outcome::err(Status::INVALID_FIELD));
+        }
+        let sgl = match Sgl::parse(sqe.dptr()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.target.lock().stats.malformed += 1;
+                return self.finish(&sqe, None, Outcome::err(e.status()));
+            }
+        };
+        let data = match sgl {
+            Sgl::Keyed { .. } => None,
+            Sgl::InCapsule { offset, len } => {
+                // In-capsule data only on I/O queues, within what came
+                // (ICDOFF is 0: the offset counts from the SQE's end).
+                let have = bytes.len() - SQE_LEN;
+                let fits = offset.checked_add(u64::from(len)).is_some_and(|end| end <= have as u64);
+                if self.qid == 0 || !fits || len > self.target.cfg.in_capsule {
+                    return self.finish(&sqe, Some(sgl), Outcome::err(Status::DATA_SGL_LENGTH_INVALID));
+                }
+                Some(&bytes[SQE_LEN + offset as usize..][..len as usize])
+            }
+        };
+        let cmd = Cmd { sqe, sgl_len: sgl.len(), data, now };
+        let out = self.dispatch(&cmd, buf);
+        self.finish(&cmd.sqe, Some(sgl), out)
+    }
+
+    /// The host's data for a command that asked for it ([`Step::Fetch`]):
+    /// `bytes` is the same capsule, `data` what the RDMA READ brought.
+    pub fn data_in(&mut self, now: u64, bytes: &[u8], data: &[u8]) -> Step {
+        let Some(sqe) = Sqe::new_checked(bytes) else {
+            return Step::Fatal("capsule shorter than 64 bytes");
+        };
+        let sgl = Sgl::parse(sqe.dptr()).ok();
+        let cmd = Cmd { sqe, sgl_len: sgl.map_or(0, |s| s.len()), data: Some(data), now };
+        // Commands that take the host's data send none back.
+        let out = self.dispatch(&cmd, &mut []);
+        self.finish(&cmd.sqe, sgl, out)
+    }
+
+    /// The RDMA READ or WRITE of a command failed: its answer.
+    pub fn transfer_failed(&mut self, bytes: &[u8]) -> Step {
+        match Sqe::new_checked(bytes) {
+            Some(sqe) => self.finish(&sqe, None, Outcome::err(Status::DATA_TRANSFER_ERROR)),
+            None => Step::Fatal("capsule shorter than 64 bytes"),
+        }
+    }
+
+    fn dispatch(&mut self, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
+        if cmd.sqe.opcode() == op::FABRICS {
+            return admin::fabrics(self, cmd);
+        }
+        let Some(cntlid) = self.cntlid else {
+            // Only Connect may come first on a queue (NVMe-oF 1.1, 3.3).
+            return Outcome::err(Status::COMMAND_SEQUENCE_ERROR);
+        };
+        let ready = {
+            let mut st = self.target.lock();
+            match st.ctrls.get_mut(&cntlid) {
+                None => return Outcome::err(Status::ABORTED_SQ_DELETION),
+                Some(c) => {
+                    c.last_activity_ns = cmd.now;
+                    c.csts & 1 != 0
+                }
+            }
+        };
+        if self.qid == 0 {
+            admin::admin(self, cntlid, ready, cmd, buf)
+        } else if !ready {
+            Outcome::err(Status::COMMAND_SEQUENCE_ERROR)
+        } else {
+            io::io(self, cntlid, cmd, buf)
+        }
+    }
+
+    fn finish(&mut self, sqe: &Sqe<&[u8]>, sgl: Option<Sgl>, out: Outcome) -> Step {
+        let cqe = |status: Status, dw0: u32, dw1: u32| Cqe {
+            dw0,
+            dw1,
+            // The host's flow control (RDMA Transport 1.0, 3.4): the head
+            // moves one entry per command received.
+            sqhd: (self.received % u32::from(self.entries)) as u16,
+            sqid: self.qid,
+            cid: sqe.cid(),
+            status,
+        };
+        let invalidate = match sgl {
+            Some(Sgl::Keyed { key, invalidate: true, len, .. })
+                if self.target.cfg.send_with_invalidate && len > 0 =>
+            {
+                Some(key)
+            }
+            _ => None,
+        };
+        let respond =
+            |status: Status, dw0, dw1| Step::Respond(Response { cqe: cqe(status, dw0, dw1), invalidate });
+        match out {
+            Outcome::Done { status, dw0, dw1 } => {
+                if !status.is_success() {
+                    self.target.lock().stats.errors += 1;
+                }
+                respond(status, dw0, dw1)
+            }
+            Outcome::Park => Step::Parked,
+            Outcome::NeedData { len } => match sgl {
+                Some(Sgl::Keyed { addr, key, len: have, .. }) if have >= len && len > 0 => {
+                    Step::Fetch { addr, key, len }
+                }
+                _ => {
+                    self.target.lock().stats.errors += 1;
+                    respond(Status::DATA_SGL_LENGTH_INVALID, 0, 0)
+                }
+            },
+            Outcome::Deliver { len, dw0 } => match sgl {
+                Some(Sgl::Keyed { addr, key, len: have, .. }) if have >= len => Step::Deliver {
+                    addr,
+                    key,
+                    len,
+                    response: Response { cqe: cqe(Status::SUCCESS, dw0, 0), invalidate },
+                },
+                _ => {
+                    self.target.lock().stats.errors += 1;
+                    respond(Status::DATA_SGL_LENGTH_INVALID, 0, 0)
+                }
+            },
+        }
+    }
+
+    /// The connection ended: an admin queue takes its controller with it
+    /// (and so its I/O queues); an I/O queue frees its QID. Parked
+    /// requests die with the connection.
+    pub fn close(&mut self) {
+        let Some(cntlid) = self.cntlid.take() else { return };
+        let mut st = self.target.lock();
+        if self.qid == 0 {
+            st.ctrls.remove(&cntlid);
+        } else if let Some(c) = st.ctrls.get_mut(&cntlid) {
+            c.io_queues.remove(&self.qid);
+        }
+    }
+
+    pub(super) fn request_disconnect(&mut self) {
+        self.disconnect = true;
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
