@@ -6,6 +6,7 @@
 //! (python3, scapy, and under CI tshark) is missing, a test skips with a
 //! notice on stderr, except under CI, where that is a failure.
 
+pub mod lab;
 pub mod module_graph;
 pub mod slurm;
 
