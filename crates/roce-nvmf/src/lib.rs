@@ -6,6 +6,8 @@
 //!   [`target::Target`] of subsystems, a [`target::Queue`] per connection.
 //! * [`namespace`]: where a namespace's blocks live.
 
+#[cfg(feature = "udp")]
+pub mod initiator;
 pub mod namespace;
 #[cfg(feature = "udp")]
 pub mod server;

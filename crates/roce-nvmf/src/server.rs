@@ -179,13 +179,13 @@ impl QueueConn {
             if stop.load(Ordering::Relaxed) {
                 break "the target stops".to_string();
             }
-            if !self.queue.alive() {
-                break if self.queue.wants_disconnect() {
-                    "the host asked to disconnect"
-                } else {
-                    "its controller is gone"
-                }
-                .to_string();
+            // A host's Disconnect is answered before the QP goes (its
+            // response's completion frees the last slot).
+            if self.queue.wants_disconnect() && self.free.len() == self.pending.len() {
+                break "the host asked to disconnect".to_string();
+            }
+            if !self.queue.alive() && !self.queue.wants_disconnect() {
+                break "its controller is gone".to_string();
             }
             while let Some(ev) = self.conn.try_event() {
                 if matches!(ev, CmEvent::Disconnected { .. }) {

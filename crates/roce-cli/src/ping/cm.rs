@@ -55,7 +55,7 @@ impl End {
 }
 
 /// The local address that routes to `peer` (a connected UDP socket's).
-fn route_to(peer: IpAddr) -> Result<IpAddr> {
+pub(crate) fn route_to(peer: IpAddr) -> Result<IpAddr> {
     let any: IpAddr =
         if peer.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
     let s = UdpSocket::bind((any, 0)).map_err(|e| Error::Protocol(format!("no route to {peer}: {e}")))?;

@@ -26,7 +26,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 mod args;
-mod cm;
+pub(crate) mod cm;
 mod end;
 mod exchange;
 mod tally;
