@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# NVMe-oF over roce against the transport it runs on, in one run, on
+# loopback (target on 127.0.0.2, initiator on 127.0.0.3, a memory
+# namespace), each figure next to its baseline and their ratio:
+#
+#   4 KiB random read, QD1: latency p50 vs `roce perf read-lat -s 4096`
+#     (median; a read is a command SEND, a data WRITE and a response SEND)
+#   4 KiB random read, QD32 x 2 queues: IOPS vs `roce perf send-bw -s 4096`
+#     messages per second
+#   128 KiB sequential read, QD8: bandwidth vs `roce perf write-bw -s 131072`
+#
+#   scripts/nvmf-perf.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+secs=${1:-5}
+cargo build --quiet --release -p roce-cli
+R=target/release/roce
+nqn=nqn.2026-11.io.roce:perf
+$R nvmf target --nqn "$nqn" --namespace mem:1G --addr 127.0.0.2 >/tmp/roce-nvmf-perf-target.log 2>&1 &
+tpid=$!
+trap 'kill $tpid 2>/dev/null; wait $tpid 2>/dev/null' EXIT
+for _ in $(seq 50); do grep -q "discovery:" /tmp/roce-nvmf-perf-target.log && break; sleep 0.1; done
+
+field() { # perftest table: the value of column $2 on the row after the header
+    awk -v c="$2" '/#bytes/ {h=1; next} h && NF > 3 {print $c; exit}' <<<"$1"
+}
+perf() { $R nvmf perf 127.0.0.2 --bind 127.0.0.3 --nqn "$nqn" -t "$secs" "$@" | awk '/^result/'; }
+get() { awk -v k="$2" '{for (i = 1; i < NF; i++) if ($i == k) print $(i + 1)}' <<<"$1"; }
+
+lat=$($R perf read-lat -s 4096 -n 5000 --loopback 2>&1)
+base_lat=$(field "$lat" 5)   # t_typical (the median), usec
+qd1=$(perf --rw randread -b 4096 -q 1)
+p50=$(get "$qd1" p50_us)
+
+sbw=$($R perf send-bw -s 4096 -n 200000 --loopback 2>&1)
+base_rate=$(field "$sbw" 5)  # MsgRate, Mpps
+qd32=$(perf --rw randread -b 4096 -q 32 --queues 2)
+iops=$(get "$qd32" iops)
+
+wbw=$($R perf write-bw -s 131072 -n 10000 --loopback 2>&1)
+base_bw=$(field "$wbw" 4)    # BW average, MB/s
+seq=$(perf --rw read -b 131072 -q 8)
+bw=$(awk -v m="$(get "$seq" bw_mib_s)" 'BEGIN {printf "%.1f", m * 1048576 / 1e6}')
+
+printf '%-44s %12s %12s %8s\n' "figure" "nvmf" "baseline" "ratio"
+awk -v a="$p50" -v b="$base_lat" 'BEGIN {printf "%-44s %9.1f us %9.1f us %8.2f  (target <= 2)\n", "4K randread QD1 p50 / read-lat median", a, b, a / b}'
+awk -v a="$iops" -v b="$base_rate" 'BEGIN {printf "%-44s %12.0f %12.0f %8.2f\n", "4K randread QD32x2 IOPS / send-bw msg/s", a, b * 1e6, a / (b * 1e6)}'
+awk -v a="$bw" -v b="$base_bw" 'BEGIN {printf "%-44s %7.1f MB/s %7.1f MB/s %8.2f  (target >= 0.8)\n", "128K seq read QD8 / write-bw 128K", a, b, a / b}'
