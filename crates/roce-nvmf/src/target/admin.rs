@@ -2,7 +2,7 @@
 //! command set a fabrics host uses (Identify, Get Log Page, Get/Set
 //! Features, Keep Alive, Asynchronous Event Request, Abort).
 
-use super::queue::{Cmd, Outcome, Queue};
+use super::command::{Cmd, Outcome, QueueState};
 use super::{Ctrl, Target};
 use crate::wire::fabrics::{connect_data, fctype, property, Connect, ConnectData, PropertyCmd};
 use crate::wire::identify::{
@@ -29,7 +29,7 @@ fn invalid_param(in_data: bool, offset: u16) -> Outcome {
     }
 }
 
-pub(super) fn fabrics(q: &mut Queue, cmd: &Cmd<'_>) -> Outcome {
+pub(super) fn fabrics(q: &mut QueueState, cmd: &Cmd<'_>) -> Outcome {
     match cmd.sqe.byte(4) {
         fctype::CONNECT => connect(q, cmd),
         fctype::PROPERTY_GET | fctype::PROPERTY_SET if q.qid != 0 => Outcome::err(Status::INVALID_OPCODE),
@@ -57,8 +57,8 @@ pub(super) fn fabrics(q: &mut Queue, cmd: &Cmd<'_>) -> Outcome {
 }
 
 /// Connect (NVMe-oF 1.1, 3.3): the first command on every queue.
-fn connect(q: &mut Queue, cmd: &Cmd<'_>) -> Outcome {
-    let refuse = |q: &Queue, o: Outcome| {
+fn connect(q: &mut QueueState, cmd: &Cmd<'_>) -> Outcome {
+    let refuse = |q: &QueueState, o: Outcome| {
         q.target.lock().stats.connects_refused += 1;
         o
     };
@@ -206,7 +206,7 @@ fn property_set(c: &mut Ctrl, p: PropertyCmd) -> Outcome {
     Outcome::ok()
 }
 
-pub(super) fn admin(q: &mut Queue, cntlid: u16, ready: bool, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
+pub(super) fn admin(q: &mut QueueState, cntlid: u16, ready: bool, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
     if !ready {
         return Outcome::err(Status::COMMAND_SEQUENCE_ERROR);
     }

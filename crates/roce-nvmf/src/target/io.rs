@@ -1,14 +1,14 @@
 //! NVM I/O commands (NVM Command Set 1.0, 3.2): Read, Write, Flush, Write
 //! Zeroes, Dataset Management.
 
+use super::command::{Cmd, Outcome, QueueState};
 use super::config::Namespace;
-use super::queue::{Cmd, Outcome, Queue};
 use crate::wire::{io as op, Status};
 
 /// Dataset Management takes at most 256 ranges of 16 bytes (Fig. 39).
 const DSM_RANGE_LEN: usize = 16;
 
-pub(super) fn io(q: &mut Queue, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
+pub(super) fn io(q: &mut QueueState, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
     let t = q.target.clone();
     let subsys = match t.lock().ctrls.get(&cntlid) {
         Some(c) => c.subsys,

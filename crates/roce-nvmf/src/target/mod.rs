@@ -17,6 +17,7 @@
 //! told to disconnect, as Linux nvmet does after its grace period.
 
 mod admin;
+mod command;
 mod config;
 mod io;
 mod queue;

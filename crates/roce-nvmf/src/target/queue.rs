@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::command::{Cmd, Outcome, QueueState};
 use super::{admin, io, Target};
 use crate::wire::fabrics::{rej_status, ReqPrivate};
 use crate::wire::{admin as op, Cqe, Sgl, Sqe, Status, SQE_LEN};
@@ -38,56 +39,10 @@ pub enum Step {
     Fatal(&'static str),
 }
 
-/// What a handler decided, before the queue turns it into a [`Step`].
-pub(super) enum Outcome {
-    Done {
-        status: Status,
-        dw0: u32,
-        dw1: u32,
-    },
-    /// The host's data is needed (`len` bytes).
-    NeedData {
-        len: u32,
-    },
-    /// `len` bytes of the buffer go to the host, then success with `dw0`.
-    Deliver {
-        len: u32,
-        dw0: u32,
-    },
-    Park,
-}
-
-impl Outcome {
-    pub(super) fn ok() -> Outcome {
-        Outcome::Done { status: Status::SUCCESS, dw0: 0, dw1: 0 }
-    }
-    pub(super) fn ok_dw0(dw0: u32) -> Outcome {
-        Outcome::Done { status: Status::SUCCESS, dw0, dw1: 0 }
-    }
-    pub(super) fn err(status: Status) -> Outcome {
-        Outcome::Done { status, dw0: 0, dw1: 0 }
-    }
-}
-
-/// A command as the handlers see it.
-pub(super) struct Cmd<'a> {
-    pub sqe: Sqe<&'a [u8]>,
-    /// Length of the data the SGL describes.
-    pub sgl_len: u32,
-    /// The host's data, once present (in-capsule, or fetched).
-    pub data: Option<&'a [u8]>,
-    pub now: u64,
-}
-
 /// One NVMe queue pair on one RDMA connection.
 pub struct Queue {
-    pub(super) target: Arc<Target>,
-    pub(super) qid: u16,
-    /// Commands the host may have outstanding (HSQSIZE + 1).
-    entries: u16,
-    pub(super) cntlid: Option<u16>,
+    st: QueueState,
     received: u32,
-    disconnect: bool,
 }
 
 impl Queue {
@@ -110,69 +65,65 @@ impl Queue {
             return Err(rej_status::INVALID_HRQSIZE);
         }
         Ok(Queue {
-            target,
-            qid: req.qid,
-            entries: entries as u16,
-            cntlid: None,
+            st: QueueState { target, qid: req.qid, entries: entries as u16, cntlid: None, disconnect: false },
             received: 0,
-            disconnect: false,
         })
     }
 
     pub fn qid(&self) -> u16 {
-        self.qid
+        self.st.qid
     }
 
     /// The REP's CRQSIZE: receive buffers the driver must keep posted.
     pub fn crqsize(&self) -> u16 {
-        self.entries
+        self.st.entries
     }
 
     /// The controller this queue belongs to, once connected.
     pub fn cntlid(&self) -> Option<u16> {
-        self.cntlid
+        self.st.cntlid
     }
 
     /// Bytes a receive buffer must hold: an SQE, plus in-capsule data on
     /// I/O queues (admin and fabrics capsules carry none).
     pub fn capsule_len(&self) -> usize {
-        SQE_LEN + if self.qid == 0 { 0 } else { self.target.cfg.in_capsule as usize }
+        SQE_LEN + if self.st.qid == 0 { 0 } else { self.st.target.cfg.in_capsule as usize }
     }
 
     /// Bytes a command's data buffer must hold.
     pub fn buffer_len(&self) -> usize {
-        self.target.cfg.max_transfer as usize
+        self.st.target.cfg.max_transfer as usize
     }
 
     /// False once the controller is gone (keep-alive lapsed, or its admin
     /// queue closed): the driver disconnects.
     pub fn alive(&self) -> bool {
-        self.cntlid.is_none_or(|c| self.target.is_alive(c)) && !self.disconnect
+        self.st.cntlid.is_none_or(|c| self.st.target.is_alive(c)) && !self.st.disconnect
     }
 
     /// The host asked to end this queue (a Fabrics Disconnect).
     pub fn wants_disconnect(&self) -> bool {
-        self.disconnect
+        self.st.disconnect
     }
 
     /// A received capsule (`bytes`: the SQE and any in-capsule data), with
     /// the command's data buffer (at least [`Queue::buffer_len`] bytes).
     pub fn command(&mut self, now: u64, bytes: &[u8], buf: &mut [u8]) -> Step {
         let Some(sqe) = Sqe::new_checked(bytes) else {
-            self.target.lock().stats.malformed += 1;
+            self.st.target.lock().stats.malformed += 1;
             return Step::Fatal("capsule shorter than 64 bytes");
         };
         self.received = self.received.wrapping_add(1);
-        self.target.lock().stats.commands += 1;
+        self.st.target.lock().stats.commands += 1;
         if sqe.fuse() != 0 || sqe.psdt() != 1 {
             // NVMe-oF commands use one SGL and no fused pairs (1.1, 2.1).
-            self.target.lock().stats.malformed += 1;
+            self.st.target.lock().stats.malformed += 1;
             return self.finish(&sqe, None, Outcome::err(Status::INVALID_FIELD));
         }
         let sgl = match Sgl::parse(sqe.dptr()) {
             Ok(s) => s,
             Err(e) => {
-                self.target.lock().stats.malformed += 1;
+                self.st.target.lock().stats.malformed += 1;
                 return self.finish(&sqe, None, Outcome::err(e.status()));
             }
         };
@@ -183,7 +134,7 @@ impl Queue {
                 // (ICDOFF is 0: the offset counts from the SQE's end).
                 let have = bytes.len() - SQE_LEN;
                 let fits = offset.checked_add(u64::from(len)).is_some_and(|end| end <= have as u64);
-                if self.qid == 0 || !fits || len > self.target.cfg.in_capsule {
+                if self.st.qid == 0 || !fits || len > self.st.target.cfg.in_capsule {
                     return self.finish(&sqe, Some(sgl), Outcome::err(Status::DATA_SGL_LENGTH_INVALID));
                 }
                 Some(&bytes[SQE_LEN + offset as usize..][..len as usize])
@@ -217,14 +168,14 @@ impl Queue {
 
     fn dispatch(&mut self, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
         if cmd.sqe.opcode() == op::FABRICS {
-            return admin::fabrics(self, cmd);
+            return admin::fabrics(&mut self.st, cmd);
         }
-        let Some(cntlid) = self.cntlid else {
+        let Some(cntlid) = self.st.cntlid else {
             // Only Connect may come first on a queue (NVMe-oF 1.1, 3.3).
             return Outcome::err(Status::COMMAND_SEQUENCE_ERROR);
         };
         let ready = {
-            let mut st = self.target.lock();
+            let mut st = self.st.target.lock();
             match st.ctrls.get_mut(&cntlid) {
                 None => return Outcome::err(Status::ABORTED_SQ_DELETION),
                 Some(c) => {
@@ -233,12 +184,12 @@ impl Queue {
                 }
             }
         };
-        if self.qid == 0 {
-            admin::admin(self, cntlid, ready, cmd, buf)
+        if self.st.qid == 0 {
+            admin::admin(&mut self.st, cntlid, ready, cmd, buf)
         } else if !ready {
             Outcome::err(Status::COMMAND_SEQUENCE_ERROR)
         } else {
-            io::io(self, cntlid, cmd, buf)
+            io::io(&mut self.st, cntlid, cmd, buf)
         }
     }
 
@@ -248,14 +199,14 @@ impl Queue {
             dw1,
             // The host's flow control (RDMA Transport 1.0, 3.4): the head
             // moves one entry per command received.
-            sqhd: (self.received % u32::from(self.entries)) as u16,
-            sqid: self.qid,
+            sqhd: (self.received % u32::from(self.st.entries)) as u16,
+            sqid: self.st.qid,
             cid: sqe.cid(),
             status,
         };
         let invalidate = match sgl {
             Some(Sgl::Keyed { key, invalidate: true, len, .. })
-                if self.target.cfg.send_with_invalidate && len > 0 =>
+                if self.st.target.cfg.send_with_invalidate && len > 0 =>
             {
                 Some(key)
             }
@@ -266,7 +217,7 @@ impl Queue {
         match out {
             Outcome::Done { status, dw0, dw1 } => {
                 if !status.is_success() {
-                    self.target.lock().stats.errors += 1;
+                    self.st.target.lock().stats.errors += 1;
                 }
                 respond(status, dw0, dw1)
             }
@@ -276,7 +227,7 @@ impl Queue {
                     Step::Fetch { addr, key, len }
                 }
                 _ => {
-                    self.target.lock().stats.errors += 1;
+                    self.st.target.lock().stats.errors += 1;
                     respond(Status::DATA_SGL_LENGTH_INVALID, 0, 0)
                 }
             },
@@ -288,7 +239,7 @@ impl Queue {
                     response: Response { cqe: cqe(Status::SUCCESS, dw0, 0), invalidate },
                 },
                 _ => {
-                    self.target.lock().stats.errors += 1;
+                    self.st.target.lock().stats.errors += 1;
                     respond(Status::DATA_SGL_LENGTH_INVALID, 0, 0)
                 }
             },
@@ -299,17 +250,13 @@ impl Queue {
     /// (and so its I/O queues); an I/O queue frees its QID. Parked
     /// requests die with the connection.
     pub fn close(&mut self) {
-        let Some(cntlid) = self.cntlid.take() else { return };
-        let mut st = self.target.lock();
-        if self.qid == 0 {
+        let Some(cntlid) = self.st.cntlid.take() else { return };
+        let mut st = self.st.target.lock();
+        if self.st.qid == 0 {
             st.ctrls.remove(&cntlid);
         } else if let Some(c) = st.ctrls.get_mut(&cntlid) {
-            c.io_queues.remove(&self.qid);
+            c.io_queues.remove(&self.st.qid);
         }
-    }
-
-    pub(super) fn request_disconnect(&mut self) {
-        self.disconnect = true;
     }
 }
 

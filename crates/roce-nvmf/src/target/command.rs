@@ -1,0 +1,69 @@
+//! What the command handlers share with the queue: the command as they
+//! see it, what they decide, and the queue's state they may change.
+
+use std::sync::Arc;
+
+use super::Target;
+use crate::wire::{Sqe, Status};
+
+/// What a handler decided, before the queue turns it into a [`Step`].
+pub(super) enum Outcome {
+    Done {
+        status: Status,
+        dw0: u32,
+        dw1: u32,
+    },
+    /// The host's data is needed (`len` bytes).
+    NeedData {
+        len: u32,
+    },
+    /// `len` bytes of the buffer go to the host, then success with `dw0`.
+    Deliver {
+        len: u32,
+        dw0: u32,
+    },
+    Park,
+}
+
+impl Outcome {
+    pub(super) fn ok() -> Outcome {
+        Outcome::Done { status: Status::SUCCESS, dw0: 0, dw1: 0 }
+    }
+    pub(super) fn ok_dw0(dw0: u32) -> Outcome {
+        Outcome::Done { status: Status::SUCCESS, dw0, dw1: 0 }
+    }
+    pub(super) fn err(status: Status) -> Outcome {
+        Outcome::Done { status, dw0: 0, dw1: 0 }
+    }
+}
+
+/// A command as the handlers see it.
+pub(super) struct Cmd<'a> {
+    pub sqe: Sqe<&'a [u8]>,
+    /// Length of the data the SGL describes.
+    pub sgl_len: u32,
+    /// The host's data, once present (in-capsule, or fetched).
+    pub data: Option<&'a [u8]>,
+    pub now: u64,
+}
+
+/// The part of a queue the handlers read and change: which target, which
+/// queue, its controller once connected, and whether the host asked to
+/// disconnect.
+pub(super) struct QueueState {
+    pub target: Arc<Target>,
+    pub qid: u16,
+    /// Commands the host may have outstanding (HSQSIZE + 1).
+    pub entries: u16,
+    pub cntlid: Option<u16>,
+    pub disconnect: bool,
+}
+
+impl QueueState {
+    pub fn crqsize(&self) -> u16 {
+        self.entries
+    }
+    pub fn request_disconnect(&mut self) {
+        self.disconnect = true;
+    }
+}
