@@ -16,45 +16,15 @@
 //! rxe_cm_interop`). It needs root; without it (or without the lab's
 //! packages) it skips with a notice.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-const NETNS: &str = "rxelab";
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-struct Lab {
-    tool: PathBuf,
-}
-
-impl Lab {
-    fn run(&self, args: &[&str]) -> Result<String, String> {
-        let o = Command::new(&self.tool).args(args).output().map_err(|e| format!("rxe-lab {args:?}: {e}"))?;
-        if o.status.success() {
-            Ok(text(&o))
-        } else {
-            Err(format!("rxe-lab {args:?} failed ({}):\n{}", o.status, text(&o)))
-        }
-    }
-
-    /// A command in the VM, killed there after `secs`.
-    fn exec(&self, cmd: &str, secs: u32) -> (bool, String) {
-        let o =
-            Command::new(&self.tool).args(["exec", cmd]).env("RXE_LAB_TIMEOUT", secs.to_string()).output();
-        match o {
-            Ok(o) => (o.status.success(), text(&o)),
-            Err(e) => (false, e.to_string()),
-        }
-    }
-}
+use roce_test_support::lab::{self, text, Lab};
 
 /// `roce` in the lab's namespace, run to its end.
 fn roce(args: &[&str]) -> (bool, String) {
-    let o = Command::new("ip")
-        .args(["netns", "exec", NETNS, env!("CARGO_BIN_EXE_roce")])
+    let o = lab::in_netns(env!("CARGO_BIN_EXE_roce"))
         .args(args)
         .stdin(Stdio::null())
         .output()
@@ -138,37 +108,6 @@ fn host_server(lab: &Lab, count: u32) -> Result<String, String> {
     }
 }
 
-fn nft(ruleset: &str) -> Result<(), String> {
-    use std::io::Write;
-    let mut c = Command::new("ip")
-        .args(["netns", "exec", NETNS, "nft", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("nft: {e}"))?;
-    c.stdin.take().unwrap().write_all(ruleset.as_bytes()).map_err(|e| e.to_string())?;
-    let o = c.wait_with_output().map_err(|e| e.to_string())?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!("nft: {}", text(&o)))
-    }
-}
-
-/// Packets nftables dropped so far.
-fn dropped() -> u64 {
-    let o = Command::new("ip")
-        .args(["netns", "exec", NETNS, "nft", "list", "table", "netdev", "cmloss"])
-        .output();
-    o.map(|o| text(&o))
-        .unwrap_or_default()
-        .split("counter packets ")
-        .skip(1)
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
-}
-
 fn suite(lab: &Lab, out: &Path, check: Option<&Path>) -> Vec<String> {
     let mut failures = Vec::new();
     let clean = out.join("cm-clean.pcap");
@@ -200,15 +139,7 @@ fn suite(lab: &Lab, out: &Path, check: Option<&Path>) -> Vec<String> {
             failures.push(format!("roce pcap decode names no {m} on the capture:\n{decoded}"));
         }
     }
-    let rule = |chain: &str, hook: &str| {
-        format!(
-            " chain {chain} {{ type filter hook {hook} device \"rxetap0\" priority 0; \
-             udp dport 4791 numgen random mod 100 < 3 counter drop; }}\n"
-        )
-    };
-    if let Err(e) =
-        nft(&format!("table netdev cmloss {{\n{}{}}}\n", rule("in", "ingress"), rule("eg", "egress")))
-    {
+    if let Err(e) = lab::add_loss("cmloss", 3) {
         failures.push(format!("cannot impair the link: {e}"));
         return failures;
     }
@@ -221,14 +152,12 @@ fn suite(lab: &Lab, out: &Path, check: Option<&Path>) -> Vec<String> {
             Err(e) => failures.push(format!("{name}: {e}")),
         }
     }
-    let n = dropped();
+    let n = lab::dropped("cmloss");
     eprintln!("lossy part: nftables dropped {n} RoCE packets");
     if n == 0 {
         failures.push("the lossy part dropped nothing".into());
     }
-    let _ = Command::new("ip")
-        .args(["netns", "exec", NETNS, "nft", "delete", "table", "netdev", "cmloss"])
-        .output();
+    lab::remove_loss("cmloss");
     failures
 }
 
@@ -239,19 +168,10 @@ fn main() {
         );
         return;
     }
-    let Some(tool) = roce_test_support::rxe_lab() else { return };
     let check = roce_test_support::pcap_oracle();
     let out = std::env::temp_dir().join(format!("roce-cm-interop-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
-    let lab = Lab { tool };
-    if let Err(e) = lab.run(&["fetch"]) {
-        eprintln!("SKIPPED: the lab's packages did not download:\n{e}");
-        return;
-    }
-    let _ = lab.run(&["down"]);
-    if let Err(e) = lab.run(&["up"]) {
-        panic!("the lab did not come up: {e}");
-    }
+    let Some(lab) = Lab::boot() else { return };
     let t = Instant::now();
     let failures = suite(&lab, &out, check.as_deref());
     let _ = lab.run(&["down"]);

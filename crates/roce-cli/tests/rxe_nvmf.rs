@@ -9,7 +9,11 @@
 //! * disconnect, reconnect: the bytes are still there;
 //! * with 3% random loss each way on the link (nftables), another 16 MiB
 //!   the same way;
-//! * the clean part's capture passes `roce-pcap-check`.
+//! * the clean part's capture passes `roce-pcap-check`;
+//! * the other way round, roce's initiator against the kernel's target
+//!   (nvmet-rdma, `nvmet-setup up`): `roce nvmf discover` lists its
+//!   subsystem, `roce nvmf connect --write-read-check 4M` writes and reads
+//!   back a pattern, and the kernel target's file holds it.
 //!
 //! It boots a VM and takes a few minutes, more than CI's budget for an
 //! addition: it runs with `ROCE_INTEROP=1` (`ROCE_INTEROP=1 cargo test -p
@@ -27,6 +31,12 @@ use roce_test_support::lab::{self, text, Lab};
 const NQN: &str = "nqn.2026-11.io.roce:lab";
 const DISK_MIB: u64 = 64;
 const CONNECT: &str = "nvme connect -t rdma -n nqn.2026-11.io.roce:lab -a 10.47.0.3 -s 4420";
+/// Shell: waits up to a minute for the namespace's block device after a
+/// connect (the host scans namespaces after `nvme connect` returns, and
+/// under loss a scan may wait for a reconnection), then names it `$dev`.
+const WAIT_NS: &str = "i=0; while [ $i -lt 300 ]; do d=$(ls -d /sys/block/nvme*n1 2>/dev/null | head -1); \
+     [ -n \"$d\" ] && [ -b /dev/${d##*/} ] && break; sleep 0.2; i=$((i+1)); done; dev=/dev/${d##*/}; \
+     [ -b \"$dev\" ] || { echo 'no namespace block device'; exit 1; };";
 const DISCONNECT: &str = "nvme disconnect -n nqn.2026-11.io.roce:lab";
 
 /// The target in the lab's namespace, serving `disk`.
@@ -71,10 +81,7 @@ fn md5s(s: &str) -> Vec<String> {
 /// with O_DIRECT, reads them back the same way: the two checksums.
 fn write_read(lab: &Lab, at_mib: u64) -> Result<(String, String), String> {
     let cmd = format!(
-        "dev=$(ls -d /sys/block/nvme*n1 | head -1); dev=/dev/${{dev##*/}}; \
-         i=0; while [ ! -b $dev ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done; \
-         [ -b $dev ] || {{ echo \"$dev is not a block device\"; exit 1; }}; \
-         dd if=/dev/urandom of=/tmp/w bs=1M count=16 2>/dev/null && md5sum /tmp/w && \
+        "{WAIT_NS} dd if=/dev/urandom of=/tmp/w bs=1M count=16 2>/dev/null && md5sum /tmp/w && \
          dd if=/tmp/w of=$dev bs=1M seek={at_mib} oflag=direct && \
          dd if=$dev bs=1M skip={at_mib} count=16 iflag=direct 2>/dev/null | md5sum"
     );
@@ -99,7 +106,7 @@ fn suite(lab: &Lab, dir: &Path, check: Option<&Path>) -> Vec<String> {
 
     let (ok, out) = lab.exec(
         &format!(
-            "{CONNECT} && sleep 1 && d=$(ls -d /sys/block/nvme*n1 | head -1) && \
+            "{CONNECT} && {WAIT_NS} \
              echo size $(cat $d/size) lbs $(cat $d/queue/logical_block_size)"
         ),
         90,
@@ -128,9 +135,8 @@ fn suite(lab: &Lab, dir: &Path, check: Option<&Path>) -> Vec<String> {
 
     let (ok, out) = lab.exec(
         &format!(
-            "{DISCONNECT} && {CONNECT} && sleep 1 && d=$(ls -d /sys/block/nvme*n1 | head -1) && \
-             i=0; while [ ! -b /dev/${{d##*/}} ] && [ $i -lt 100 ]; do sleep 0.2; i=$((i+1)); done; \
-             dd if=/dev/${{d##*/}} bs=1M count=16 iflag=direct 2>/dev/null | md5sum"
+            "{DISCONNECT} && {CONNECT} && {WAIT_NS} \
+             dd if=$dev bs=1M count=16 iflag=direct 2>/dev/null | md5sum"
         ),
         120,
     );
@@ -198,6 +204,57 @@ fn suite(lab: &Lab, dir: &Path, check: Option<&Path>) -> Vec<String> {
     failures
 }
 
+fn md5_bytes(b: &[u8]) -> String {
+    use std::io::Write;
+    let mut c = Command::new("md5sum").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("md5sum");
+    c.stdin.take().expect("stdin").write_all(b).expect("md5sum input");
+    let o = c.wait_with_output().expect("md5sum");
+    String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap_or("").to_string()
+}
+
+/// roce's initiator against the kernel's NVMe-oF target in the VM.
+fn kernel_target(lab: &Lab) -> Vec<String> {
+    let mut failures = Vec::new();
+    let (ok, out) = lab.exec("nvmet-setup up 64", 60);
+    if !ok {
+        return vec![format!("nvmet-setup up: {out}")];
+    }
+    let roce = |args: &[&str]| {
+        let o = lab::in_netns(env!("CARGO_BIN_EXE_roce"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("roce runs");
+        (o.status.success(), text(&o))
+    };
+    let (ok, out) = roce(&["nvmf", "discover", "10.47.0.1", "--bind", "10.47.0.3"]);
+    if ok && out.contains("subnqn:  nqn.2014-08.org.rxelab:disk") {
+        eprintln!("ok   roce nvmf discover lists the kernel target's subsystem");
+    } else {
+        failures.push(format!("roce nvmf discover against the kernel target:\n{out}"));
+    }
+    let (ok, out) = roce(&[
+        "nvmf",
+        "connect",
+        "10.47.0.1",
+        "--bind",
+        "10.47.0.3",
+        "--nqn",
+        "nqn.2014-08.org.rxelab:disk",
+        "--write-read-check",
+        "4M",
+    ]);
+    let want = md5_bytes(&roce_nvmf::initiator::pattern(4 << 20, 0x9e37_79b9));
+    let (_, vm) = lab.exec("dd if=/tmp/nvmet-disk.img bs=1M count=4 2>/dev/null | md5sum", 60);
+    if ok && out.contains("equal") && md5s(&vm).first() == Some(&want) {
+        eprintln!("ok   roce nvmf connect to the kernel target: 4 MiB written, read back, and in its file (md5 {want})");
+    } else {
+        failures.push(format!("roce nvmf connect against the kernel target (want md5 {want}):\n{out}\n{vm}"));
+    }
+    let _ = lab.exec("nvmet-setup down", 60);
+    failures
+}
+
 fn main() {
     if !std::env::var("ROCE_INTEROP").is_ok_and(|v| v == "1") {
         eprintln!(
@@ -205,21 +262,12 @@ fn main() {
         );
         return;
     }
-    let Some(tool) = roce_test_support::rxe_lab() else { return };
     let check = roce_test_support::pcap_oracle();
     let dir: PathBuf = std::env::temp_dir().join(format!("roce-nvmf-interop-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let disk = dir.join("disk.img");
     std::fs::File::create(&disk).unwrap().set_len(DISK_MIB << 20).unwrap();
-    let lab = Lab { tool };
-    if let Err(e) = lab.run(&["fetch"]) {
-        eprintln!("SKIPPED: the lab's packages did not download:\n{e}");
-        return;
-    }
-    let _ = lab.run(&["down"]);
-    if let Err(e) = lab.run(&["up"]) {
-        panic!("the lab did not come up: {e}");
-    }
+    let Some(lab) = Lab::boot() else { return };
     let t = Instant::now();
     let log = dir.join("target.log");
     let mut target = start_target(&disk, &log);
@@ -237,6 +285,8 @@ fn main() {
     if !status.success() {
         failures.push(format!("the target exited with {status}"));
     }
+    // Our target had UDP 4791 of 10.47.0.3; the initiator takes it now.
+    failures.extend(kernel_target(&lab));
     let _ = lab.run(&["down"]);
     eprintln!(
         "NVMe-oF interop: {:.0} s with the lab up; files in {}",

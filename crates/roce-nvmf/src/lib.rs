@@ -10,6 +10,8 @@
 pub mod initiator;
 pub mod namespace;
 #[cfg(feature = "udp")]
+mod rdma;
+#[cfg(feature = "udp")]
 pub mod server;
 pub mod target;
 pub mod wire;

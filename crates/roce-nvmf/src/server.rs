@@ -16,10 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use roce::cm::{AcceptOpts, CmEvent, Connection, Listener, ReqInfo};
-use roce::{
-    alloc_buffer, Access, AttrMask, Device, Mr, Qp, QpAttr, QpBuilder, QpState, RecvWr, SendOp, SendWr, Wc,
-    WcOpcode, WcStatus,
-};
+use roce::{alloc_buffer, Access, Device, Mr, Qp, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 
 use crate::target::{Queue, Response, Step, Target};
 use crate::wire::fabrics::{rej_private, rej_status, RepPrivate, ReqPrivate};
@@ -124,22 +121,14 @@ impl QueueConn {
         queue: Queue,
     ) -> roce::Result<QueueConn> {
         let entries = usize::from(queue.crqsize());
-        let cq = dev.create_cq(4 * entries + 16)?;
-        let pd = dev.alloc_pd()?;
-        let qp = pd.create_qp(
-            QpBuilder::rc(&cq)
-                .max_send_wr(2 * entries as u32 + 8)
-                .max_recv_wr(entries as u32)
-                .max_sge(1, 1)
-                .max_inline_data(64),
-        )?;
+        // The target only starts RDMA READs and WRITEs: no remote access.
+        let (pd, qp) = crate::rdma::capsule_qp(dev, entries, Access::NONE)?;
         let capsule_len = queue.capsule_len();
         let buffer_len = queue.buffer_len();
         let recv_mr = pd.reg_mr(alloc_buffer(entries * capsule_len), Access::LOCAL_WRITE)?;
         let data_mr = pd.reg_mr(alloc_buffer(entries * buffer_len), Access::LOCAL_WRITE)?;
         // Receives are posted before the REP leaves: the host may send its
         // Connect as soon as it has the REP.
-        init(&qp)?;
         for i in 0..entries {
             post_recv(&qp, &recv_mr, capsule_len, i)?;
         }
@@ -301,11 +290,6 @@ impl QueueConn {
         wr.inline = true;
         self.qp().post_send_inline(wr, &cqe).map_err(|e| format!("{}: {e}", "posting a response"))
     }
-}
-
-fn init(qp: &Qp) -> roce::Result<()> {
-    let a = QpAttr { qp_state: QpState::Init, qp_access_flags: Access::NONE, ..QpAttr::default() };
-    qp.modify(&a, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)
 }
 
 fn post_recv(qp: &Qp, mr: &Mr, len: usize, slot: usize) -> roce::Result<()> {

@@ -10,25 +10,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use roce::{Device, DeviceConfig};
-use roce_nvmf::initiator::{discover, Controller, HostError, HostOptions};
+use roce_nvmf::initiator::{discover, pattern, Controller, HostError, HostOptions};
 use roce_nvmf::namespace::MemBackend;
 use roce_nvmf::server::{serve, Log};
 use roce_nvmf::target::{Namespace, SubsystemConfig, Target, TargetConfig};
 use roce_nvmf::wire::Status;
 
 const NQN: &str = "nqn.2026-11.io.roce:loopback";
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 #[test]
 fn our_initiator_against_our_target() {

@@ -20,6 +20,25 @@ pub struct Lab {
 }
 
 impl Lab {
+    /// The lab booted afresh for a test (fetched if need be, a VM left by
+    /// another run stopped first), or `None` after a notice saying why it
+    /// cannot run here.
+    ///
+    /// # Panics
+    /// When the VM does not come up.
+    pub fn boot() -> Option<Lab> {
+        let lab = Lab { tool: crate::rxe_lab()? };
+        if let Err(e) = lab.run(&["fetch"]) {
+            eprintln!("SKIPPED: the lab's packages did not download:\n{e}");
+            return None;
+        }
+        let _ = lab.run(&["down"]);
+        if let Err(e) = lab.run(&["up"]) {
+            panic!("the lab did not come up: {e}");
+        }
+        Some(lab)
+    }
+
     /// `rxe-lab ARGS...`: its output, or an error with it.
     pub fn run(&self, args: &[&str]) -> Result<String, String> {
         let o = Command::new(&self.tool).args(args).output().map_err(|e| format!("rxe-lab {args:?}: {e}"))?;

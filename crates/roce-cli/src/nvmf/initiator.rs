@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use roce::{Device, DeviceConfig};
-use roce_nvmf::initiator::{discover, sqe, Controller, Done, HostOptions};
+use roce_nvmf::initiator::{discover, pattern, sqe, Controller, Done, HostOptions};
 use roce_nvmf::wire::{io, Sqe};
 
 use crate::coll::args::parse_bytes;
@@ -135,18 +135,6 @@ pub fn discover_main(a: &DiscoverArgs) -> ExitCode {
         }
         Ok(())
     })())
-}
-
-fn pattern(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 pub fn connect_main(a: &ConnectArgs) -> ExitCode {

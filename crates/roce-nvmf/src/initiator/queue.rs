@@ -7,9 +7,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use roce::cm::{connect_with, ConnectOpts, Connection};
-use roce::{
-    alloc_buffer, Access, AttrMask, Device, Mr, QpAttr, QpBuilder, QpState, RecvWr, SendOp, SendWr, Sge, Wc,
-};
+use roce::{alloc_buffer, Access, Device, Mr, RecvWr, SendOp, SendWr, Sge, Wc};
 
 use super::HostError;
 use crate::wire::fabrics::{parse_rej_private, ReqPrivate};
@@ -54,20 +52,10 @@ impl HostQueue {
         timeout: Duration,
     ) -> Result<HostQueue, HostError> {
         let n = usize::from(depth);
-        let cq = dev.create_cq(4 * n + 16)?;
-        let pd = dev.alloc_pd()?;
-        let qp = pd.create_qp(
-            QpBuilder::rc(&cq)
-                .max_send_wr(2 * n as u32 + 8)
-                .max_recv_wr(n as u32)
-                .max_sge(1, 1)
-                .max_inline_data(64),
-        )?;
-        let recv_mr = pd.reg_mr(alloc_buffer(n * CQE_LEN), Access::LOCAL_WRITE)?;
         let access = Access::LOCAL_WRITE.union(Access::REMOTE_READ).union(Access::REMOTE_WRITE);
+        let (pd, qp) = crate::rdma::capsule_qp(dev, n, access)?;
+        let recv_mr = pd.reg_mr(alloc_buffer(n * CQE_LEN), Access::LOCAL_WRITE)?;
         let data_mr = pd.reg_mr(alloc_buffer(n * slot_len), access)?;
-        let init = QpAttr { qp_state: QpState::Init, qp_access_flags: access, ..QpAttr::default() };
-        qp.modify(&init, AttrMask::STATE | AttrMask::PKEY_INDEX | AttrMask::PORT | AttrMask::ACCESS_FLAGS)?;
         for i in 0..n {
             qp.post_recv(RecvWr {
                 wr_id: WR_RECV | i as u64,
@@ -218,6 +206,16 @@ impl HostQueue {
         }
         let sqe = build(self, slot);
         self.submit(slot, sqe)?;
+        let cqe = self.wait_for(slot, what, timeout)?;
+        if let Some(out) = data_in {
+            self.copy_out(slot, out)?;
+        }
+        Ok(cqe)
+    }
+
+    /// Waits up to `timeout` for the answer to `slot`'s command: its CQE,
+    /// or the error its status says.
+    pub fn wait_for(&mut self, slot: u16, what: &'static str, timeout: Duration) -> Result<Cqe, HostError> {
         let deadline = Instant::now() + timeout;
         let mut done = Vec::new();
         loop {
@@ -227,14 +225,10 @@ impl HostQueue {
             }
             self.poll(left.min(Duration::from_millis(100)), &mut done)?;
             if let Some(d) = done.iter().find(|d| d.slot == slot) {
-                let cqe = d.cqe;
-                if !cqe.status.is_success() {
-                    return Err(HostError::Status { command: what, status: cqe.status });
+                if !d.cqe.status.is_success() {
+                    return Err(HostError::Status { command: what, status: d.cqe.status });
                 }
-                if let Some(out) = data_in {
-                    self.copy_out(slot, out)?;
-                }
-                return Ok(cqe);
+                return Ok(d.cqe);
             }
         }
     }
