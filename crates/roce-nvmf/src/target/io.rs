@@ -50,6 +50,12 @@ pub(super) fn io(q: &mut QueueState, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8])
             let off = slba << ns.lbads;
             let len = len as usize;
             if opcode == op::READ {
+                // A Read's data goes to the host by RDMA WRITE of a keyed
+                // SGL; data present here came in the capsule, which cannot
+                // take it (refused before the read is done and counted).
+                if cmd.data.is_some() {
+                    return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
+                }
                 if ns.backend.read_at(off, &mut buf[..len]).is_err() {
                     return Outcome::err(Status::INTERNAL_ERROR);
                 }

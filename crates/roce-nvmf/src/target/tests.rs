@@ -1,6 +1,6 @@
 //! The target against a scripted host: host memory is a map of keys to
 //! buffers, Fetch and Deliver are served from it, and every answer is
-//! checked (status, CQE fields, the namespace's bytes).
+//! checked (status, CQE fields, the steps taken, the namespace's bytes).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,23 +12,38 @@ use crate::namespace::{Backend, MemBackend};
 use crate::wire::fabrics::{
     connect_data, fctype, property, rej_status, Connect, ConnectData, PropertyCmd, ReqPrivate,
 };
-use crate::wire::identify::{cns, parse_discovery_log, ControllerInfo, NamespaceInfo};
-use crate::wire::{admin as op, feature, io, log, Cqe, Sgl, Sqe, Status, DISCOVERY_NQN, SQE_LEN};
+use crate::wire::identify::{cns, cntrltype, parse_discovery_log, ControllerInfo, NamespaceInfo};
+use crate::wire::{admin as op, feature, io, log, Cqe, Sgl, Sqe, Status, DISCOVERY_NQN, FLAGS_SGL, SQE_LEN};
 
 const NQN: &str = "nqn.2026-11.io.roce:test";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host-a";
+const HOST_B: &str = "nqn.2014-08.org.nvmexpress:uuid:host-b";
 const MS: u64 = 1_000_000;
+const MIB: usize = 1 << 20;
 
-/// One host: its memory (key -> bytes at address 0) and its queues.
+/// One host: its memory (key -> bytes at address 0), its CIDs, and the
+/// steps the target took for the last command.
 struct Host {
     mem: HashMap<u32, Vec<u8>>,
     next_key: u32,
     cid: u16,
+    last: Vec<Step>,
+}
+
+/// `addr .. addr + len` of a host buffer, if it is inside.
+fn window(m: &[u8], addr: u64, len: u32) -> Option<std::ops::Range<usize>> {
+    let start = usize::try_from(addr).ok()?;
+    let end = start.checked_add(len as usize)?;
+    (end <= m.len()).then_some(start..end)
+}
+
+fn set_cdw(b: &mut [u8], i: usize, v: u32) {
+    Sqe::new_checked(b).unwrap().set_cdw(i, v);
 }
 
 impl Host {
     fn new() -> Host {
-        Host { mem: HashMap::new(), next_key: 0x100, cid: 0 }
+        Host { mem: HashMap::new(), next_key: 0x100, cid: 0, last: Vec::new() }
     }
 
     /// A keyed SGL over a new buffer holding `data`.
@@ -44,7 +59,7 @@ impl Host {
         let mut b = [0u8; SQE_LEN];
         let mut s = Sqe::new_checked(&mut b[..]).unwrap();
         s.set_opcode(opcode);
-        s.set_flags(0x40);
+        s.set_flags(FLAGS_SGL);
         self.cid += 1;
         s.set_cid(self.cid);
         s.set_nsid(nsid);
@@ -52,25 +67,32 @@ impl Host {
         b
     }
 
-    /// Runs a capsule to its response, serving the target's data moves.
+    /// Runs a capsule to its response, serving the target's data moves as
+    /// the RDMA driver would. `None`: parked or fatal (see `self.last`).
     fn run(&mut self, q: &mut Queue, now: u64, capsule: &[u8]) -> Option<Cqe> {
+        self.last.clear();
         let mut buf = vec![0u8; q.buffer_len()];
         let mut step = q.command(now, capsule, &mut buf);
         loop {
+            self.last.push(step);
             match step {
                 Step::Respond(r) => return Some(r.cqe),
-                // A key the host never gave reads as zeroes and takes
-                // nothing (a real NIC would NAK it; the target cannot tell).
+                // A key the host never gave (or a window outside its
+                // buffer) reads as zeroes and takes nothing: a real NIC
+                // would NAK it, which the target cannot tell apart.
                 Step::Fetch { addr, key, len } => {
                     let data = match self.mem.get(&key) {
-                        Some(m) => m[addr as usize..addr as usize + len as usize].to_vec(),
-                        None => vec![0; len as usize],
+                        Some(m) => window(m, addr, len).map(|r| m[r].to_vec()),
+                        None => None,
                     };
+                    let data = data.unwrap_or_else(|| vec![0; len as usize]);
                     step = q.data_in(now, capsule, &data);
                 }
                 Step::Deliver { addr, key, len, response } => {
                     if let Some(m) = self.mem.get_mut(&key) {
-                        m[addr as usize..addr as usize + len as usize].copy_from_slice(&buf[..len as usize]);
+                        if let Some(r) = window(m, addr, len) {
+                            m[r].copy_from_slice(&buf[..len as usize]);
+                        }
                     }
                     return Some(response.cqe);
                 }
@@ -79,14 +101,37 @@ impl Host {
         }
     }
 
-    fn connect(&mut self, q: &mut Queue, now: u64, nqn: &str, host: &str, cntlid: u16, kato: u32) -> Cqe {
+    /// Connect on `q`; on an I/O queue with `inline`, the data in the
+    /// capsule (as Linux sends it once SGLS bit 20 is set).
+    #[allow(clippy::too_many_arguments)]
+    fn connect_with(
+        &mut self,
+        q: &mut Queue,
+        now: u64,
+        nqn: &str,
+        host: &str,
+        cntlid: u16,
+        kato: u32,
+        inline: bool,
+    ) -> Cqe {
         let data = ConnectData { hostid: [9; 16], cntlid, subnqn: nqn.into(), hostnqn: host.into() }.emit();
-        let sgl = self.buffer(data);
-        let mut b = self.sqe(op::FABRICS, 0, sgl);
+        let sgl = if inline {
+            Sgl::InCapsule { offset: 0, len: data.len() as u32 }
+        } else {
+            self.buffer(data.clone())
+        };
+        let mut b = self.sqe(op::FABRICS, 0, sgl).to_vec();
         let sqsize = q.crqsize() - 1;
         Connect { recfmt: 0, qid: q.qid(), sqsize, cattr: 0, kato }
             .emit(&mut Sqe::new_checked(&mut b[..]).unwrap());
+        if inline {
+            b.extend_from_slice(&data);
+        }
         self.run(q, now, &b).unwrap()
+    }
+
+    fn connect(&mut self, q: &mut Queue, now: u64, nqn: &str, host: &str, cntlid: u16, kato: u32) -> Cqe {
+        self.connect_with(q, now, nqn, host, cntlid, kato, false)
     }
 
     fn property(&mut self, q: &mut Queue, now: u64, set: Option<u64>, offset: u32, size8: bool) -> Cqe {
@@ -97,15 +142,15 @@ impl Host {
         self.run(q, now, &b).unwrap()
     }
 
+    /// CC.EN = 1 with IOSQES 6 and IOCQES 4, then CSTS.RDY must be 1.
     fn enable(&mut self, q: &mut Queue, now: u64) {
-        assert_eq!(
-            self.property(q, now, Some(1 | 6 << 16 | 4 << 20), property::CC, false).status,
-            Status::SUCCESS
-        );
-        assert_eq!(self.property(q, now, None, property::CSTS, false).dw0 & 1, 1);
+        let cc = 1 | 6 << 16 | 4 << 20;
+        assert_eq!(self.property(q, now, Some(cc), property::CC, false).status, Status::SUCCESS);
+        assert_eq!(self.property(q, now, None, property::CSTS, false).dw0 & 1, 1, "CSTS.RDY");
     }
 
-    /// A command with host-to-controller or controller-to-host data of `len`.
+    /// A command with data of `data.len()` bytes in a new host buffer;
+    /// returns the answer and the buffer afterwards.
     fn data_cmd(
         &mut self,
         q: &mut Queue,
@@ -116,18 +161,17 @@ impl Host {
         data: Vec<u8>,
     ) -> (Cqe, Vec<u8>) {
         let sgl = self.buffer(data);
-        let key = match sgl {
-            Sgl::Keyed { key, .. } => key,
-            _ => unreachable!(),
-        };
+        let Sgl::Keyed { key, .. } = sgl else { unreachable!() };
         let mut b = self.sqe(opcode, nsid, sgl);
         for &(i, v) in cdw {
-            Sqe::new_checked(&mut b[..]).unwrap().set_cdw(i, v);
+            set_cdw(&mut b, i, v);
         }
         let cqe = self.run(q, now, &b).unwrap();
         (cqe, self.mem.remove(&key).unwrap())
     }
 
+    /// A Read or Write of `nlb` blocks at `lba` (`data`: what the host's
+    /// buffer holds, whose length is the SGL's).
     fn rw(
         &mut self,
         q: &mut Queue,
@@ -139,21 +183,39 @@ impl Host {
     ) -> (Cqe, Vec<u8>) {
         self.data_cmd(q, now, opcode, 1, &[(0, lba as u32), (1, (lba >> 32) as u32), (2, nlb - 1)], data)
     }
+
+    fn identify(&mut self, q: &mut Queue, cns: u8, nsid: u32) -> (Cqe, Vec<u8>) {
+        self.data_cmd(q, 0, op::IDENTIFY, nsid, &[(0, u32::from(cns))], vec![0; 4096])
+    }
+
+    /// Set Features Number of Queues (0's based counts).
+    fn set_queues(&mut self, q: &mut Queue, nsq: u32, ncq: u32) -> Cqe {
+        let mut b = self.sqe(op::SET_FEATURES, 0, Sgl::NULL);
+        set_cdw(&mut b, 0, u32::from(feature::NUMBER_OF_QUEUES));
+        set_cdw(&mut b, 1, nsq | ncq << 16);
+        self.run(q, 0, &b).unwrap()
+    }
 }
 
-fn target(allowed: &[&str], mem: Arc<MemBackend>) -> Arc<Target> {
+fn target_bs(allowed: &[&str], mem: Arc<MemBackend>, block: u32) -> Arc<Target> {
     let cfg = TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
             allowed_hosts: allowed.iter().map(|s| s.to_string()).collect(),
-            namespaces: vec![Namespace::new(mem, 4096)],
+            namespaces: vec![Namespace::new(mem, block)],
         }],
         traddr: "10.0.0.1".into(),
+        trsvcid: 4421,
         ..TargetConfig::default()
     };
     Arc::new(Target::new(cfg).unwrap())
 }
 
+fn target(allowed: &[&str], mem: Arc<MemBackend>) -> Arc<Target> {
+    target_bs(allowed, mem, 4096)
+}
+
+/// The RDMA CM request of the Linux host's admin queue.
 fn admin_queue(t: &Arc<Target>) -> Queue {
     Queue::accept(t.clone(), &ReqPrivate { recfmt: 0, qid: 0, hrqsize: 32, hsqsize: 31, cntlid: 0 }).unwrap()
 }
@@ -176,251 +238,365 @@ fn bring_up(h: &mut Host, t: &Arc<Target>, kato: u32) -> (Queue, Queue, u16) {
 
 #[test]
 fn a_linux_host_brings_the_controller_up_and_moves_data() {
-    let mem = Arc::new(MemBackend::new(1 << 20));
-    let t = target(&[], mem.clone());
-    let mut h = Host::new();
-    let mut a = admin_queue(&t);
-    let c = h.connect(&mut a, 0, NQN, HOST, 0xFFFF, 5000);
-    assert_eq!((c.status, c.sqid), (Status::SUCCESS, 0));
-    let cntlid = c.dw0 as u16;
-    assert_ne!(cntlid, 0);
-    let cap = h.property(&mut a, 0, None, property::CAP, true);
-    let cap = u64::from(cap.dw0) | u64::from(cap.dw1) << 32;
-    assert_eq!((cap & 0xffff, cap >> 37 & 1), (1023, 1));
-    assert_eq!(h.property(&mut a, 0, None, property::VS, false).dw0, 0x10300);
-    h.enable(&mut a, 0);
-    let (c, id) = h.data_cmd(&mut a, 0, op::IDENTIFY, 0, &[(0, u32::from(cns::CONTROLLER))], vec![0; 4096]);
-    assert_eq!(c.status, Status::SUCCESS);
-    let info = ControllerInfo::parse(&id).unwrap();
-    assert_eq!(
-        (info.cntlid, info.subnqn.as_str(), info.icdoff, info.sgls & 4, info.nn),
-        (cntlid, NQN, 0, 4, 1)
-    );
-    let (_, nsd) = h.data_cmd(&mut a, 0, op::IDENTIFY, 1, &[(0, u32::from(cns::NAMESPACE))], vec![0; 4096]);
-    let ns = NamespaceInfo::parse(&nsd).unwrap();
-    assert_eq!((ns.blocks, ns.block_size()), (256, 4096));
-    let (_, list) =
-        h.data_cmd(&mut a, 0, op::IDENTIFY, 0, &[(0, u32::from(cns::ACTIVE_NS_LIST))], vec![0; 4096]);
-    assert_eq!(&list[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
-    let (c, desc) =
-        h.data_cmd(&mut a, 0, op::IDENTIFY, 1, &[(0, u32::from(cns::NS_DESCRIPTORS))], vec![0; 4096]);
-    assert_eq!((c.status, desc[0], desc[1], &desc[4..20]), (Status::SUCCESS, 2, 16, &ns.nguid[..]));
-    let mut b = h.sqe(op::SET_FEATURES, 0, Sgl::NULL);
-    Sqe::new_checked(&mut b[..]).unwrap().set_cdw(0, u32::from(feature::NUMBER_OF_QUEUES));
-    Sqe::new_checked(&mut b[..]).unwrap().set_cdw(1, 3 | 3 << 16);
-    assert_eq!(h.run(&mut a, 0, &b).unwrap().dw0, 3 | 3 << 16);
+    for bs in [4096usize, 512] {
+        let mem = Arc::new(MemBackend::new(MIB as u64));
+        let t = target_bs(&[], mem.clone(), bs as u32);
+        let mut h = Host::new();
+        let mut a = admin_queue(&t);
+        assert_eq!(a.crqsize(), 32);
+        let c = h.connect(&mut a, 0, NQN, HOST, 0xFFFF, 5000);
+        assert_eq!((c.status, c.sqid, c.sqhd, c.cid), (Status::SUCCESS, 0, 1, h.cid));
+        // The connect data came by RDMA READ of the host's 1 KiB.
+        assert!(matches!(h.last[..], [Step::Fetch { len: 1024, .. }, Step::Respond(_)]));
+        let cntlid = c.dw0 as u16;
+        assert!((1..=0xFFEF).contains(&cntlid));
+        assert_eq!(a.cntlid(), Some(cntlid));
 
-    let mut q = io_queue(&t, 1);
-    let c = h.connect(&mut q, 0, NQN, HOST, cntlid, 0);
-    assert_eq!((c.status, c.dw0 as u16, c.sqid), (Status::SUCCESS, cntlid, 1));
-    let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
-    let (c, _) = h.rw(&mut q, 0, io::WRITE, 2, 2, data.clone());
-    assert_eq!((c.status, c.sqhd, c.sqid), (Status::SUCCESS, 2, 1));
-    assert_eq!(mem.snapshot(2 * 4096, 8192), data);
-    assert!(mem.snapshot(0, 8192).iter().all(|&b| b == 0));
-    let (c, back) = h.rw(&mut q, 0, io::READ, 2, 2, vec![0; 8192]);
-    assert_eq!((c.status, back == data), (Status::SUCCESS, true));
-    assert_eq!(c.cid, h.cid);
-    // Write Zeroes and Dataset Management (deallocate reads as zeroes).
-    let mut b = h.sqe(io::WRITE_ZEROES, 1, Sgl::NULL);
-    Sqe::new_checked(&mut b[..]).unwrap().set_cdw(0, 2);
-    assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::SUCCESS);
-    assert!(mem.snapshot(2 * 4096, 4096).iter().all(|&b| b == 0));
-    assert_eq!(mem.snapshot(3 * 4096, 4096), data[4096..]);
-    let s = t.stats();
-    assert_eq!((s.writes, s.reads, s.bytes_written, s.errors), (1, 1, 8192, 0));
+        let cap = h.property(&mut a, 0, None, property::CAP, true);
+        let cap = u64::from(cap.dw0) | u64::from(cap.dw1) << 32;
+        assert_eq!((cap & 0xffff, cap >> 37 & 1), (1023, 1), "CAP.MQES, CAP.CSS NVM");
+        assert_eq!(h.property(&mut a, 0, None, property::VS, false).dw0, 0x10300);
+        assert_eq!(h.property(&mut a, 0, None, property::CSTS, false).dw0 & 1, 0);
+        h.enable(&mut a, 0);
+
+        let (c, id) = h.identify(&mut a, cns::CONTROLLER, 0);
+        assert_eq!((c.status, c.sqid, c.cid), (Status::SUCCESS, 0, h.cid));
+        assert!(matches!(h.last[..], [Step::Deliver { len: 4096, .. }]));
+        let info = ControllerInfo::parse(&id).unwrap();
+        assert_eq!(
+            (info.cntlid, info.subnqn.as_str(), info.icdoff, info.sgls & 4, info.nn, info.cntrltype),
+            (cntlid, NQN, 0, 4, 1, cntrltype::IO)
+        );
+        assert_eq!((info.mdts, info.ioccsz, info.sgls >> 20 & 1), (5, (64 + 4096) / 16, 1));
+
+        let (c, nsd) = h.identify(&mut a, cns::NAMESPACE, 1);
+        assert_eq!(c.status, Status::SUCCESS);
+        let ns = NamespaceInfo::parse(&nsd).unwrap();
+        assert_eq!((ns.blocks, ns.block_size()), ((MIB / bs) as u64, bs as u64));
+        let (_, list) = h.identify(&mut a, cns::ACTIVE_NS_LIST, 0);
+        assert_eq!(&list[..8], &[1, 0, 0, 0, 0, 0, 0, 0]);
+        let (c, desc) = h.identify(&mut a, cns::NS_DESCRIPTORS, 1);
+        assert_eq!((c.status, desc[0], desc[1], &desc[4..20]), (Status::SUCCESS, 2, 16, &ns.nguid[..]));
+        assert_eq!((desc[20], desc[21]), (3, 16), "then a UUID");
+
+        // Linux asks for as many queues as CPUs; 4 (0's based 3) granted.
+        let c = h.set_queues(&mut a, 3, 3);
+        assert_eq!((c.status, c.dw0), (Status::SUCCESS, 3 | 3 << 16));
+        let mut b = h.sqe(op::GET_FEATURES, 0, Sgl::NULL);
+        set_cdw(&mut b, 0, u32::from(feature::NUMBER_OF_QUEUES));
+        assert_eq!(h.run(&mut a, 0, &b).unwrap().dw0, 3 | 3 << 16);
+
+        let mut q = io_queue(&t, 1);
+        let c = h.connect(&mut q, 0, NQN, HOST, cntlid, 0);
+        assert_eq!((c.status, c.dw0 as u16, c.sqid, c.sqhd), (Status::SUCCESS, cntlid, 1, 1));
+        // Another I/O queue whose Connect data is in the capsule.
+        let mut q2 = io_queue(&t, 2);
+        let c = h.connect_with(&mut q2, 0, NQN, HOST, cntlid, 0, true);
+        assert_eq!((c.status, c.sqid), (Status::SUCCESS, 2));
+        assert!(matches!(h.last[..], [Step::Respond(r)] if r.invalidate.is_none()));
+        assert_eq!(t.controllers(), vec![(cntlid, NQN.to_string(), HOST.to_string(), 2)]);
+
+        // Write 8 KiB at LBA 2: an RDMA READ of the host's buffer, then
+        // the answer, sent with invalidate of the host's key.
+        let nlb = (8192 / bs) as u32;
+        let data: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 3) as u8).collect();
+        let (c, _) = h.rw(&mut q, 0, io::WRITE, 2, nlb, data.clone());
+        assert_eq!((c.status, c.sqhd, c.sqid, c.cid), (Status::SUCCESS, 2, 1, h.cid));
+        let key = h.next_key - 1;
+        assert!(matches!(
+            h.last[..],
+            [Step::Fetch { addr: 0, key: k, len: 8192 }, Step::Respond(r)] if k == key && r.invalidate == Some(key)
+        ));
+        assert_eq!(mem.snapshot(2 * bs as u64, 8192), data);
+        assert!(mem.snapshot(0, 2 * bs).iter().all(|&b| b == 0));
+        assert!(mem.snapshot((2 * bs + 8192) as u64, 4096).iter().all(|&b| b == 0));
+
+        // Read it back: an RDMA WRITE of 8 KiB, then the answer.
+        let (c, back) = h.rw(&mut q, 0, io::READ, 2, nlb, vec![0; 8192]);
+        assert_eq!((c.status, c.sqhd, c.sqid, c.cid), (Status::SUCCESS, 3, 1, h.cid));
+        assert!(matches!(h.last[..], [Step::Deliver { addr: 0, len: 8192, .. }]));
+        assert!(back == data, "read back differs");
+
+        // Write Zeroes of LBA 2, Dataset Management deallocating LBA 3,
+        // a Flush of all namespaces.
+        let mut b = h.sqe(io::WRITE_ZEROES, 1, Sgl::NULL);
+        set_cdw(&mut b, 0, 2);
+        assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::SUCCESS);
+        assert!(mem.snapshot(2 * bs as u64, bs).iter().all(|&b| b == 0));
+        assert_eq!(mem.snapshot(3 * bs as u64, 8192 - bs), data[bs..]);
+        let mut range = vec![0u8; 16];
+        range[4..8].copy_from_slice(&1u32.to_le_bytes());
+        range[8..16].copy_from_slice(&3u64.to_le_bytes());
+        let (c, _) = h.data_cmd(&mut q, 0, io::DATASET_MANAGEMENT, 1, &[(0, 0), (1, 1 << 2)], range);
+        assert_eq!(c.status, Status::SUCCESS);
+        assert!(mem.snapshot(3 * bs as u64, bs).iter().all(|&b| b == 0));
+        assert_eq!(mem.snapshot(4 * bs as u64, 8192 - 2 * bs), data[2 * bs..]);
+        let b = h.sqe(io::FLUSH, 0xFFFF_FFFF, Sgl::NULL);
+        assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::SUCCESS);
+
+        let s = t.stats();
+        assert_eq!((s.writes, s.reads, s.bytes_written, s.bytes_read), (1, 1, 8192, 8192));
+        assert_eq!((s.errors, s.controllers_made, s.connects_refused), (0, 1, 0));
+    }
 }
 
 #[test]
 fn bad_input_gets_a_status_and_moves_no_byte() {
-    let mem = Arc::new(MemBackend::new(1 << 20));
-    let t = target(&[HOST], mem.clone());
+    let mem = Arc::new(MemBackend::new(MIB as u64));
+    let t = target(&[HOST, HOST_B], mem.clone());
     let mut h = Host::new();
-    // The access list and the subsystem's name.
+    // Before Connect: on the admin queue and on an I/O queue.
     let mut a = admin_queue(&t);
-    assert_eq!(
-        h.connect(&mut a, 0, NQN, "nqn.2014-08.org.nvmexpress:uuid:other", 0xFFFF, 0).status,
-        Status::CONNECT_INVALID_HOST
-    );
-    let mut a = admin_queue(&t);
-    let c = h.connect(&mut a, 0, "nqn.2026-11.io.roce:nope", HOST, 0xFFFF, 0);
-    assert_eq!(
-        (c.status, c.dw0),
-        (Status::CONNECT_INVALID_PARAMETERS, 1 << 16 | u32::from(connect_data::SUBNQN))
-    );
-    // Before Connect, and before CC.EN.
+    assert_eq!(h.property(&mut a, 0, None, property::CAP, true).status, Status::COMMAND_SEQUENCE_ERROR);
     let mut q = io_queue(&t, 1);
     assert_eq!(h.rw(&mut q, 0, io::READ, 0, 1, vec![0; 4096]).0.status, Status::COMMAND_SEQUENCE_ERROR);
-    let mut a = admin_queue(&t);
-    let cntlid = h.connect(&mut a, 0, NQN, HOST, 0xFFFF, 0).dw0 as u16;
-    let (c, _) = h.data_cmd(&mut a, 0, op::IDENTIFY, 0, &[(0, 1)], vec![0; 4096]);
-    assert_eq!(c.status, Status::COMMAND_SEQUENCE_ERROR);
+    // The access list, and the subsystem's name (IPO in the data: SUBNQN).
+    let c = h.connect(&mut a, 0, NQN, "nqn.2014-08.org.nvmexpress:uuid:other", 0xFFFF, 0);
+    assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
+    let c = h.connect(&mut a, 0, "nqn.2026-11.io.roce:nope", HOST, 0xFFFF, 0);
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAMETERS, 1 << 16 | 256));
+    assert_eq!(a.cntlid(), None);
+    let c = h.connect(&mut a, 0, NQN, HOST, 0xFFFF, 0);
+    assert_eq!(c.status, Status::SUCCESS);
+    let cntlid = c.dw0 as u16;
+    // Before CC.EN: admin commands, and I/O Connects.
+    assert_eq!(h.identify(&mut a, cns::CONTROLLER, 0).0.status, Status::COMMAND_SEQUENCE_ERROR);
+    assert_eq!(h.connect(&mut q, 0, NQN, HOST, cntlid, 0).status, Status::COMMAND_SEQUENCE_ERROR);
     h.enable(&mut a, 0);
-    // I/O Connect naming another controller, another host, or a QID
-    // above the grant.
-    let mut q = io_queue(&t, 1);
-    assert_eq!(h.connect(&mut q, 0, NQN, HOST, cntlid + 1, 0).status, Status::CONNECT_INVALID_PARAMETERS);
-    assert_eq!(
-        h.connect(&mut q, 0, NQN, "nqn.2014-08.org.nvmexpress:uuid:x", cntlid, 0).status,
-        Status::CONNECT_INVALID_HOST
-    );
-    let mut b = h.sqe(op::SET_FEATURES, 0, Sgl::NULL);
-    Sqe::new_checked(&mut b[..]).unwrap().set_cdw(0, u32::from(feature::NUMBER_OF_QUEUES));
-    assert_eq!(h.run(&mut a, 0, &b).unwrap().dw0, 0);
+    assert_eq!(h.identify(&mut a, cns::NAMESPACE, 2).0.status, Status::INVALID_NAMESPACE);
+    // I/O Connect naming another controller, from another (allowed) host,
+    // from a host not allowed, or for a QID above the grant.
+    let ipo_cntlid = 1 << 16 | u32::from(connect_data::CNTLID);
+    let c = h.connect(&mut q, 0, NQN, HOST, cntlid + 1, 0);
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAMETERS, ipo_cntlid));
+    let c = h.connect(&mut q, 0, NQN, HOST_B, cntlid, 0);
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAMETERS, ipo_cntlid));
+    let c = h.connect(&mut q, 0, NQN, "nqn.2014-08.org.nvmexpress:uuid:x", cntlid, 0);
+    assert_eq!(c.status, Status::CONNECT_INVALID_HOST);
+    assert_eq!(h.set_queues(&mut a, 0, 5).dw0, 0, "one I/O queue granted");
     let mut q2 = io_queue(&t, 2);
-    assert_eq!(h.connect(&mut q2, 0, NQN, HOST, cntlid, 0).status, Status::CONNECT_INVALID_PARAMETERS);
+    let c = h.connect(&mut q2, 0, NQN, HOST, cntlid, 0);
+    assert_eq!((c.status, c.dw0), (Status::CONNECT_INVALID_PARAMETERS, 42), "IPO: the SQE's QID");
+    assert_eq!(q.cntlid(), None);
     assert_eq!(h.connect(&mut q, 0, NQN, HOST, cntlid, 0).status, Status::SUCCESS);
+    // ... and not twice.
+    assert_eq!(h.connect(&mut q, 0, NQN, HOST, cntlid, 0).status, Status::COMMAND_SEQUENCE_ERROR);
+    assert_eq!(t.stats().connects_refused, 8);
     // The RDMA CM private data.
-    let rej = |p: ReqPrivate| Queue::accept(t.clone(), &p).err();
-    assert_eq!(
-        rej(ReqPrivate { recfmt: 1, qid: 0, hrqsize: 32, hsqsize: 31, cntlid: 0 }),
-        Some(rej_status::INVALID_RECFMT)
-    );
-    assert_eq!(
-        rej(ReqPrivate { recfmt: 0, qid: 0, hrqsize: 32, hsqsize: 63, cntlid: 0 }),
-        Some(rej_status::INVALID_HSQSIZE)
-    );
-    assert_eq!(
-        rej(ReqPrivate { recfmt: 0, qid: 1, hrqsize: 0, hsqsize: 31, cntlid: 0 }),
-        Some(rej_status::INVALID_HRQSIZE)
-    );
-    assert_eq!(
-        rej(ReqPrivate { recfmt: 0, qid: 999, hrqsize: 8, hsqsize: 7, cntlid: 0 }),
-        Some(rej_status::INVALID_QID)
-    );
+    let rej = |recfmt, qid, hrqsize, hsqsize| {
+        Queue::accept(t.clone(), &ReqPrivate { recfmt, qid, hrqsize, hsqsize, cntlid: 0 }).err()
+    };
+    assert_eq!(rej(1, 0, 32, 31), Some(rej_status::INVALID_RECFMT));
+    assert_eq!(rej(0, 0, 32, 63), Some(rej_status::INVALID_HSQSIZE));
+    assert_eq!(rej(0, 1, 32, 0), Some(rej_status::INVALID_HSQSIZE));
+    assert_eq!(rej(0, 1, 0, 31), Some(rej_status::INVALID_HRQSIZE));
+    assert_eq!(rej(0, 999, 8, 7), Some(rej_status::INVALID_QID));
+    assert_eq!(rej(0, 0, 32, 31), None);
 
-    let before = mem.snapshot(0, 1 << 20);
+    let before = mem.snapshot(0, MIB);
+    let st = |(c, _): (Cqe, Vec<u8>)| c.status;
     // LBA out of range, also where slba + nlb overflows.
-    assert_eq!(h.rw(&mut q, 0, io::WRITE, 255, 2, vec![1; 8192]).0.status, Status::LBA_OUT_OF_RANGE);
-    assert_eq!(h.rw(&mut q, 0, io::WRITE, u64::MAX, 1, vec![1; 4096]).0.status, Status::LBA_OUT_OF_RANGE);
-    // The SGL's length must be the blocks'.
-    assert_eq!(h.rw(&mut q, 0, io::WRITE, 0, 2, vec![1; 4096]).0.status, Status::DATA_SGL_LENGTH_INVALID);
-    assert_eq!(h.rw(&mut q, 0, io::READ, 0, 1, vec![1; 8192]).0.status, Status::DATA_SGL_LENGTH_INVALID);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, 255, 2, vec![1; 8192])), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, 256, 1, vec![1; 4096])), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, u64::MAX, 1, vec![1; 4096])), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, u64::MAX - 1, 2, vec![1; 8192])), Status::LBA_OUT_OF_RANGE);
+    assert_eq!(st(h.rw(&mut q, 0, io::READ, 1 << 52, 1, vec![1; 4096])), Status::LBA_OUT_OF_RANGE);
+    let mut b = h.sqe(io::WRITE_ZEROES, 1, Sgl::NULL);
+    set_cdw(&mut b, 0, 250);
+    set_cdw(&mut b, 2, 9);
+    assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::LBA_OUT_OF_RANGE);
+    let mut ranges = vec![0u8; 32];
+    ranges[4..8].copy_from_slice(&1u32.to_le_bytes()); // LBA 0: fine
+    ranges[20..24].copy_from_slice(&2u32.to_le_bytes());
+    ranges[24..32].copy_from_slice(&255u64.to_le_bytes()); // 255..257: not
+    let (c, _) = h.data_cmd(&mut q, 0, io::DATASET_MANAGEMENT, 1, &[(0, 1), (1, 4)], ranges);
+    assert_eq!(c.status, Status::LBA_OUT_OF_RANGE);
+    // The SGL's length must be the blocks'; no more than MDTS.
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, 0, 2, vec![1; 4096])), Status::DATA_SGL_LENGTH_INVALID);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, 0, 1, vec![1; 8192])), Status::DATA_SGL_LENGTH_INVALID);
+    assert_eq!(st(h.rw(&mut q, 0, io::READ, 0, 1, vec![1; 8192])), Status::DATA_SGL_LENGTH_INVALID);
+    assert_eq!(st(h.rw(&mut q, 0, io::WRITE, 0, 33, vec![1; 33 * 4096])), Status::INVALID_FIELD);
     // An unknown namespace, an unknown opcode.
-    assert_eq!(h.data_cmd(&mut q, 0, io::WRITE, 2, &[], vec![1; 4096]).0.status, Status::INVALID_NAMESPACE);
-    assert_eq!(h.data_cmd(&mut q, 0, 0x7e, 1, &[], vec![1; 4096]).0.status, Status::INVALID_OPCODE);
-    // A descriptor type NVMe/RDMA does not take, PRPs, a fused command.
+    assert_eq!(st(h.data_cmd(&mut q, 0, io::WRITE, 2, &[], vec![1; 4096])), Status::INVALID_NAMESPACE);
+    assert_eq!(st(h.data_cmd(&mut q, 0, io::WRITE, 0, &[], vec![1; 4096])), Status::INVALID_NAMESPACE);
+    assert_eq!(st(h.data_cmd(&mut q, 0, 0x7e, 1, &[], vec![1; 4096])), Status::INVALID_OPCODE);
+    // A descriptor type NVMe/RDMA does not take, PRPs, a fused command:
+    // refused before any data moves.
     let mut b = h.sqe(io::WRITE, 1, Sgl::NULL);
     b[39] = 0x20;
     assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::SGL_TYPE_INVALID);
-    let mut b = h.sqe(io::WRITE, 1, Sgl::NULL);
+    let mut b = h.sqe(io::WRITE, 1, Sgl::Keyed { addr: 0, len: 4096, key: 1, invalidate: false });
     b[1] = 0;
     assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::INVALID_FIELD);
     b[1] = 0x41;
     assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::INVALID_FIELD);
+    assert!(matches!(h.last[..], [Step::Respond(_)]));
     // In-capsule data that is not in the capsule; on the admin queue.
     let mut b = h.sqe(io::WRITE, 1, Sgl::InCapsule { offset: 0, len: 4096 }).to_vec();
     b.extend_from_slice(&[7; 100]);
     assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::DATA_SGL_LENGTH_INVALID);
+    let mut b = h.sqe(io::WRITE, 1, Sgl::InCapsule { offset: u64::MAX - 8, len: 4096 }).to_vec();
+    b.extend_from_slice(&[7; 4096]);
+    assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::DATA_SGL_LENGTH_INVALID);
+    // A Read cannot answer into the capsule: refused, not read nor counted.
+    let mut b = h.sqe(io::READ, 1, Sgl::InCapsule { offset: 0, len: 4096 }).to_vec();
+    b.extend_from_slice(&[7; 4096]);
+    assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::DATA_SGL_LENGTH_INVALID);
+    assert_eq!((t.stats().reads, t.stats().bytes_read), (0, 0));
     let mut b = h.sqe(op::IDENTIFY, 0, Sgl::InCapsule { offset: 0, len: 16 }).to_vec();
     b.extend_from_slice(&[7; 16]);
     assert_eq!(h.run(&mut a, 0, &b).unwrap().status, Status::DATA_SGL_LENGTH_INVALID);
     // A capsule shorter than an SQE ends the connection.
     let mut buf = vec![0u8; q.buffer_len()];
-    assert!(matches!(q.command(0, &[0u8; 40], &mut buf), Step::Fatal(_)));
-    assert!(mem.snapshot(0, 1 << 20) == before, "a refused command changed the namespace");
+    let malformed = t.stats().malformed;
+    assert!(matches!(q.command(0, &[0u8; 63], &mut buf), Step::Fatal(_)));
+    assert!(matches!(a.command(0, &[], &mut buf), Step::Fatal(_)));
+    assert_eq!(t.stats().malformed, malformed + 2);
+    assert!(mem.snapshot(0, MIB) == before, "a refused command changed the namespace");
     // In-capsule data that fits is written.
     let mut b = h.sqe(io::WRITE, 1, Sgl::InCapsule { offset: 0, len: 4096 }).to_vec();
     b.extend_from_slice(&[5; 4096]);
     assert_eq!(h.run(&mut q, 0, &b).unwrap().status, Status::SUCCESS);
     assert!(mem.snapshot(0, 4096).iter().all(|&x| x == 5));
+    assert!(mem.snapshot(4096, MIB - 4096) == before[4096..]);
 }
 
 #[test]
 fn a_silent_host_loses_its_controller_after_twice_its_kato() {
-    let t = target(&[], Arc::new(MemBackend::new(1 << 20)));
+    let t = target(&[], Arc::new(MemBackend::new(MIB as u64)));
     let mut h = Host::new();
     let (mut a, mut q, cntlid) = bring_up(&mut h, &t, 1000);
     assert_eq!(t.poll_timeout(), Some(2000 * MS));
+    assert!(t.expire(1000 * MS).is_empty());
     assert!(t.expire(1999 * MS).is_empty());
     // A Keep Alive at 1.5 s moves the deadline to 3.5 s.
     let b = h.sqe(op::KEEP_ALIVE, 0, Sgl::NULL);
     assert_eq!(h.run(&mut a, 1500 * MS, &b).unwrap().status, Status::SUCCESS);
+    assert_eq!(t.poll_timeout(), Some(3500 * MS));
+    assert!(t.expire(2000 * MS).is_empty());
     assert!(t.expire(3499 * MS).is_empty());
-    assert!(a.alive() && q.alive());
+    assert!(a.alive() && q.alive() && t.is_alive(cntlid));
     assert_eq!(t.expire(3500 * MS), vec![cntlid]);
-    assert!(!a.alive() && !q.alive());
-    assert_eq!(h.rw(&mut q, 3600 * MS, io::READ, 0, 1, vec![0; 4096]).0.status, Status::ABORTED_SQ_DELETION);
+    assert!(!a.alive() && !q.alive() && !t.is_alive(cntlid));
+    assert!(t.controllers().is_empty() && t.poll_timeout().is_none());
+    // Whatever comes after is aborted, on either queue.
+    let (c, back) = h.rw(&mut q, 3600 * MS, io::READ, 0, 1, vec![0xaa; 4096]);
+    assert_eq!((c.status, back.iter().all(|&b| b == 0xaa)), (Status::ABORTED_SQ_DELETION, true));
+    let b = h.sqe(op::KEEP_ALIVE, 0, Sgl::NULL);
+    assert_eq!(h.run(&mut a, 3600 * MS, &b).unwrap().status, Status::ABORTED_SQ_DELETION);
+    assert!(t.expire(u64::MAX / 2).is_empty());
     assert_eq!(t.stats().keep_alive_expired, 1);
-    // Without a KATO nothing expires; closing the admin queue ends it.
+    // Without a KATO nothing expires; closing the admin queue, or
+    // dropping it, ends the controller and its I/O queues.
     let (mut a2, q2, c2) = bring_up(&mut h, &t, 0);
     assert!(t.expire(u64::MAX / 2).is_empty() && t.is_alive(c2));
     a2.close();
     assert!(!t.is_alive(c2) && !q2.alive());
+    let (a3, q3, c3) = bring_up(&mut h, &t, 0);
+    assert_ne!(c3, c2);
+    drop(q3);
+    assert_eq!(t.controllers(), vec![(c3, NQN.to_string(), HOST.to_string(), 0)]);
+    drop(a3);
+    assert!(!t.is_alive(c3) && t.controllers().is_empty());
+    assert_eq!(t.stats().keep_alive_expired, 1);
 }
 
 #[test]
 fn discovery_lists_what_the_host_may_reach() {
-    for (allowed, n) in [(vec![], 1), (vec!["nqn.2014-08.org.nvmexpress:uuid:someone-else"], 0)] {
-        let t = target(&allowed, Arc::new(MemBackend::new(1 << 20)));
+    for (allowed, n) in [(vec![], 1), (vec![HOST], 1), (vec![HOST_B], 0)] {
+        let t = target(&allowed, Arc::new(MemBackend::new(MIB as u64)));
         let mut h = Host::new();
         let mut a = admin_queue(&t);
         assert_eq!(h.connect(&mut a, 0, DISCOVERY_NQN, HOST, 0xFFFF, 0).status, Status::SUCCESS);
         h.enable(&mut a, 0);
+        let (_, id) = h.identify(&mut a, cns::CONTROLLER, 0);
+        let info = ControllerInfo::parse(&id).unwrap();
+        assert_eq!((info.cntrltype, info.subnqn.as_str(), info.nn), (cntrltype::DISCOVERY, DISCOVERY_NQN, 0));
+        // As Linux reads it: the header, then NUMREC entries in full.
         let get = |h: &mut Host, a: &mut Queue, len: u32| {
-            let numd = len / 4 - 1;
-            h.data_cmd(
-                a,
-                0,
-                op::GET_LOG_PAGE,
-                0,
-                &[(0, u32::from(log::DISCOVERY) | numd << 16)],
-                vec![0; len as usize],
-            )
+            let numdl = len / 4 - 1;
+            let cdw10 = u32::from(log::DISCOVERY) | numdl << 16;
+            h.data_cmd(a, 0, op::GET_LOG_PAGE, 0, &[(0, cdw10)], vec![0; len as usize])
         };
         let (c, head) = get(&mut h, &mut a, 1024);
         assert_eq!(c.status, Status::SUCCESS);
-        assert_eq!(parse_discovery_log(&head).unwrap().1, n);
-        let (_, page) = get(&mut h, &mut a, 2048);
-        let (_, _, e) = parse_discovery_log(&page).unwrap();
-        assert_eq!(e.len(), n as usize);
-        if n == 1 {
+        assert!(matches!(h.last[..], [Step::Deliver { len: 1024, .. }]));
+        let (genctr, numrec, _) = parse_discovery_log(&head).unwrap();
+        assert_eq!(numrec, n);
+        let (c, page) = get(&mut h, &mut a, 1024 * (1 + numrec as u32));
+        assert_eq!(c.status, Status::SUCCESS);
+        let (genctr2, numrec2, e) = parse_discovery_log(&page).unwrap();
+        assert_eq!((genctr2, numrec2, e.len()), (genctr, n, n as usize));
+        if let Some(e) = e.first() {
             assert_eq!(
-                (e[0].subnqn.as_str(), e[0].traddr.as_str(), e[0].trsvcid.as_str()),
-                (NQN, "10.0.0.1", "4420")
+                (e.subnqn.as_str(), e.traddr.as_str(), e.trsvcid.as_str(), e.trtype, e.adrfam, e.subtype),
+                (NQN, "10.0.0.1", "4421", 1, 1, 2)
             );
+            assert_eq!((e.cntlid, e.asqsz), (0xFFFF, 32));
         }
-        // A discovery controller has no I/O queues.
+        // Only the discovery page; a discovery controller has no I/O queues.
+        let (c, _) = h.data_cmd(
+            &mut a,
+            0,
+            op::GET_LOG_PAGE,
+            0,
+            &[(0, u32::from(log::SMART) | 127 << 16)],
+            vec![0; 512],
+        );
+        assert_eq!(c.status, Status::INVALID_LOG_PAGE);
         let cntlid = a.cntlid().unwrap();
         let mut q = io_queue(&t, 1);
-        assert_eq!(
-            h.connect(&mut q, 0, DISCOVERY_NQN, HOST, cntlid, 0).status,
-            Status::CONNECT_INVALID_PARAMETERS
-        );
+        let c = h.connect(&mut q, 0, DISCOVERY_NQN, HOST, cntlid, 0);
+        assert_eq!(c.status, Status::CONNECT_INVALID_PARAMETERS);
     }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
     /// Hostile capsules never panic, and only a Write, Write Zeroes or
-    /// Dataset Management may change the namespace.
+    /// Dataset Management that succeeds may change the namespace.
     #[test]
     fn random_capsules_never_panic(
-        mut bytes in proptest::collection::vec(any::<u8>(), 0..4200),
+        mut bytes in proptest::collection::vec(any::<u8>(), 64..4160),
+        short in proptest::option::weighted(0.05, 0usize..64),
         admin: bool,
         shape in 0u8..4,
-        opcode in prop_oneof![Just(0x01u8), Just(0x02), Just(0x08), Just(0x09), Just(0x06), Just(0x02), Just(0x7f), any::<u8>()],
+        opcode in prop_oneof![Just(0x01u8), Just(0x02), Just(0x08), Just(0x09), Just(0x06), Just(0x7f), any::<u8>()],
+        nlb in 0u32..4,
     ) {
         // Most capsules look like commands (SGL flags, a keyed or
-        // in-capsule descriptor, a plausible opcode, NSID 1), so that the
-        // handlers' checks are what refuses them.
-        if bytes.len() >= SQE_LEN && shape > 0 {
+        // in-capsule descriptor, a plausible opcode, NSID 1, few blocks),
+        // so that the handlers' checks are what refuses them.
+        if shape > 0 {
             bytes[0] = opcode;
-            bytes[1] = 0x40;
+            bytes[1] = FLAGS_SGL;
             bytes[4..8].copy_from_slice(&1u32.to_le_bytes());
             bytes[39] = [0x40, 0x4F, 0x01][usize::from(shape - 1)];
+            if shape == 3 {
+                bytes[24..32].fill(0);
+            }
+            bytes[48..50].copy_from_slice(&(nlb as u16).to_le_bytes());
         }
-        let mem = Arc::new(MemBackend::new(1 << 20));
+        if let Some(n) = short {
+            bytes.truncate(n);
+        }
+        let mem = Arc::new(MemBackend::new(MIB as u64));
         let t = target(&[], mem.clone());
         let mut h = Host::new();
         let (mut a, mut q, _) = bring_up(&mut h, &t, 0);
-        let before = mem.snapshot(0, 1 << 20);
+        let before = mem.snapshot(0, MIB);
         let queue = if admin { &mut a } else { &mut q };
-        let _ = h.run(queue, 0, &bytes);
-        let writes = !admin && bytes.len() >= SQE_LEN && matches!(bytes[0], io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT);
-        if !writes {
-            prop_assert!(mem.snapshot(0, 1 << 20) == before);
+        let cqe = h.run(queue, 0, &bytes);
+        if bytes.len() < SQE_LEN {
+            prop_assert!(matches!(h.last[..], [Step::Fatal(_)]));
         }
-        prop_assert_eq!(mem.len(), 1 << 20);
+        let ok = cqe.is_some_and(|c| c.status.is_success());
+        let writes = !admin
+            && ok
+            && matches!(bytes[0], io::WRITE | io::WRITE_ZEROES | io::DATASET_MANAGEMENT);
+        if !writes {
+            prop_assert!(mem.snapshot(0, MIB) == before, "opcode {:#04x} changed the namespace", bytes[0]);
+        }
+        prop_assert_eq!(mem.len(), MIB as u64);
     }
 }
