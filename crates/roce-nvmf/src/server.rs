@@ -9,6 +9,7 @@
 //! buffer of the thread's own, so that a namespace's file I/O never runs
 //! under the device's lock (which the NIC needs for every packet).
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -110,6 +111,8 @@ struct QueueConn {
     /// Data slots not in use (one per command the host may have out).
     free: Vec<usize>,
     pending: Vec<Option<Pending>>,
+    /// Commands that came before a slot was free (in order).
+    waiting: VecDeque<Vec<u8>>,
 }
 
 impl QueueConn {
@@ -150,6 +153,7 @@ impl QueueConn {
             buffer_len,
             free: (0..entries).rev().collect(),
             pending: (0..entries).map(|_| None).collect(),
+            waiting: VecDeque::new(),
         })
     }
 
@@ -216,10 +220,18 @@ impl QueueConn {
                     .map_err(|e| format!("{}: {e}", "receive slot"))?;
                 post_recv(self.qp(), &self.recv_mr, self.capsule_len, slot)
                     .map_err(|e| format!("{}: {e}", "reposting a receive"))?;
-                // A host keeps at most CRQSIZE commands out, so a slot is
-                // free; one that sends more is broken: disconnect it.
-                let d =
-                    self.free.pop().ok_or("the host sent more commands than its queue holds".to_string())?;
+                // A slot is freed when its response's SEND completes, which
+                // takes the host's ACK: a host may have the response, and
+                // send its next command, first (an ACK late or lost). The
+                // command waits for the slot; more than a queue's worth
+                // waiting is a host that ignores its queue size.
+                let Some(d) = self.free.pop() else {
+                    if self.waiting.len() >= self.pending.len() {
+                        return Err("the host sent more commands than its queue holds".to_string());
+                    }
+                    self.waiting.push_back(capsule);
+                    return Ok(());
+                };
                 let step = self.queue.command(now, &capsule, scratch);
                 self.step(d, capsule, step, scratch)
             }
@@ -233,10 +245,21 @@ impl QueueConn {
             }
             WR_SEND => {
                 self.free.push(slot);
-                Ok(())
+                self.drain(now, scratch)
             }
             _ => Ok(()),
         }
+    }
+
+    /// Commands that waited for a slot, in order, while slots are free.
+    fn drain(&mut self, now: u64, scratch: &mut [u8]) -> Result<(), String> {
+        while !self.waiting.is_empty() {
+            let Some(d) = self.free.pop() else { break };
+            let capsule = self.waiting.pop_front().expect("not empty");
+            let step = self.queue.command(now, &capsule, scratch);
+            self.step(d, capsule, step, scratch)?;
+        }
+        Ok(())
     }
 
     fn step(&mut self, d: usize, capsule: Vec<u8>, step: Step, scratch: &[u8]) -> Result<(), String> {
@@ -269,6 +292,8 @@ impl QueueConn {
                 }
                 self.respond(d, response)
             }
+            // Its slot is free; a waiting command takes it at the next
+            // completion (`drain`).
             Step::Parked => {
                 self.free.push(d);
                 Ok(())

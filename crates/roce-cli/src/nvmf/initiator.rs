@@ -165,7 +165,8 @@ pub fn connect_main(a: &ConnectArgs) -> ExitCode {
             );
         }
         if let Some(bytes) = a.write_read_check {
-            let (_, n) = ns.first().ok_or("the controller has no namespace")?;
+            let (nsid, n) = ns.first().ok_or("the controller has no namespace")?;
+            let nsid = *nsid;
             let bs = n.block_size();
             let len = bytes.div_ceil(bs) * bs;
             if len > n.blocks * bs {
@@ -173,15 +174,15 @@ pub fn connect_main(a: &ConnectArgs) -> ExitCode {
             }
             let data = pattern(len as usize, 0x9e37_79b9);
             let t0 = Instant::now();
-            c.write(1, bs, 0, &data).map_err(|e| e.to_string())?;
+            c.write(nsid, bs, 0, &data).map_err(|e| e.to_string())?;
             let mut back = vec![0u8; data.len()];
-            c.read(1, bs, 0, &mut back).map_err(|e| e.to_string())?;
+            c.read(nsid, bs, 0, &mut back).map_err(|e| e.to_string())?;
             if back != data {
                 let at = back.iter().zip(&data).position(|(x, y)| x != y).unwrap_or(0);
                 return Err(format!("read back differs from what was written, first at byte {at}"));
             }
             println!(
-                "  wrote and read back {len} bytes at LBA 0: equal ({:.1} ms)",
+                "  wrote and read back {len} bytes at LBA 0 of namespace {nsid}: equal ({:.1} ms)",
                 t0.elapsed().as_secs_f64() * 1e3
             );
         }

@@ -29,7 +29,7 @@ use crate::wire::{admin, feature, io, log, Sqe, Status, DISCOVERY_NQN};
 pub enum HostError {
     #[error(transparent)]
     Device(#[from] roce::Error),
-    #[error("the controller rejected the connection (CM reason {reason}, NVMe/RDMA status {status:?})")]
+    #[error("the controller rejected the connection: CM reason {reason}{}", status.map(|s| format!(", NVMe/RDMA status {s}")).unwrap_or_default())]
     Rejected { reason: u16, status: Option<u16> },
     #[error("{command} failed: {status}")]
     Status { command: &'static str, status: Status },
@@ -222,6 +222,13 @@ impl Controller {
     /// Connects to subsystem `o.subnqn` at `addr` (IP and RDMA CM port).
     pub fn connect(dev: &Device, addr: SocketAddr, o: &HostOptions) -> Result<Controller, HostError> {
         let (mut admin_q, cntlid, info) = bring_up(dev, addr, o)?;
+        if info.cntrltype != crate::wire::identify::cntrltype::IO {
+            admin_q.disconnect();
+            return Err(HostError::Protocol(format!(
+                "{} is not an I/O controller (type {}): use discover",
+                o.subnqn, info.cntrltype
+            )));
+        }
         let mdts = if info.mdts == 0 { usize::MAX } else { 4096usize << info.mdts };
         let max_transfer = o.max_transfer.min(mdts).max(4096);
         let want = o.io_queues.max(1);
@@ -354,6 +361,12 @@ impl Controller {
             return Err(HostError::Protocol(format!("{len} bytes is not whole blocks of {block}")));
         }
         let step = self.max_transfer - self.max_transfer % block as usize;
+        if step == 0 {
+            return Err(HostError::Protocol(format!(
+                "a block of {block} bytes is larger than a command's transfer ({} bytes)",
+                self.max_transfer
+            )));
+        }
         let t = self.timeout;
         let q = self.io_queue()?;
         let mut at = 0;

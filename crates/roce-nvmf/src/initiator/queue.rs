@@ -72,7 +72,10 @@ impl HostQueue {
         };
         let conn = connect_with(dev, addr, qp, &opts, Some(timeout)).map_err(|e| match e {
             roce::Error::Rejected { reason, private_data } => {
-                HostError::Rejected { reason, status: parse_rej_private(&private_data) }
+                // The binding's status rides only on a consumer reject
+                // (reason 28); other reasons come from the CM itself.
+                let status = if reason == 28 { parse_rej_private(&private_data) } else { None };
+                HostError::Rejected { reason, status }
             }
             e => HostError::Device(e),
         })?;
