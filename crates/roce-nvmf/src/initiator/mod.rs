@@ -97,6 +97,9 @@ fn uuid_text(b: &[u8; 16]) -> String {
 
 /// The admin queue's depth (Linux: NVME_AQ_DEPTH).
 const ADMIN_DEPTH: u16 = 32;
+/// An admin command's data slot: Identify data, and a discovery log page
+/// of up to 63 entries.
+const ADMIN_SLOT: usize = 64 * 1024;
 
 /// A connected controller with its queues.
 pub struct Controller {
@@ -185,9 +188,13 @@ fn bring_up(
     addr: SocketAddr,
     o: &HostOptions,
 ) -> Result<(IoQueue, u16, ControllerInfo), HostError> {
-    let mut q = IoQueue::connect(dev, addr, 0, ADMIN_DEPTH, 0, 16 * 1024, o.timeout)?;
+    let mut q = IoQueue::connect(dev, addr, 0, ADMIN_DEPTH, 0, ADMIN_SLOT, o.timeout)?;
     let cntlid = fabrics_connect(&mut q, o, 0xFFFF, ADMIN_DEPTH - 1)?;
     let cap = property_cmd(&mut q, None, property::CAP, true, o.timeout)?;
+    let vs = property_cmd(&mut q, None, property::VS, false, o.timeout)?;
+    if vs >> 16 == 0 {
+        return Err(HostError::Protocol(format!("the controller reports NVMe version {vs:#x}")));
+    }
     // CC: EN, IOSQES = 6, IOCQES = 4 (64- and 16-byte entries).
     property_cmd(&mut q, Some(1 | (6 << 16) | (4 << 20)), property::CC, false, o.timeout)?;
     // CSTS.RDY within CAP.TO (500 ms units).
@@ -215,6 +222,10 @@ fn bring_up(
             info.icdoff, info.sgls
         )));
     }
+    let mut info = info;
+    // The queue entries the controller takes (CAP.MQES, 0's based), kept
+    // with what it said in Identify.
+    info.maxcmd = info.maxcmd.min((cap & 0xffff) as u16 + 1);
     Ok((q, cntlid, info))
 }
 
@@ -416,13 +427,22 @@ impl Controller {
     pub fn disconnect(mut self) -> Result<(), HostError> {
         self.stop_keep_alive();
         let t = self.timeout;
-        let r = property_cmd(
-            &mut lock(&self.admin),
-            Some(1 << 14 | (6 << 16) | (4 << 20)),
-            property::CC,
-            false,
-            t,
-        );
+        // Normal shutdown (CC.SHN = 01b), then CSTS.SHST = 10b (complete)
+        // within the timeout, as the Linux host waits for it.
+        let r = (|| {
+            let mut a = lock(&self.admin);
+            property_cmd(&mut a, Some(1 << 14 | (6 << 16) | (4 << 20)), property::CC, false, t)?;
+            let deadline = Instant::now() + t;
+            loop {
+                if property_cmd(&mut a, None, property::CSTS, false, t)? >> 2 & 3 == 2 {
+                    return Ok(0);
+                }
+                if Instant::now() >= deadline {
+                    return Err(HostError::Timeout("shutdown (CSTS.SHST)"));
+                }
+                std::thread::yield_now();
+            }
+        })();
         for q in &mut self.io {
             q.disconnect();
         }
