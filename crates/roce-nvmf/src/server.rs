@@ -217,9 +217,9 @@ impl QueueConn {
                 let mut capsule = vec![0u8; len];
                 self.recv_mr
                     .read(slot * self.capsule_len, &mut capsule)
-                    .map_err(|e| format!("{}: {e}", "receive slot"))?;
+                    .map_err(|e| format!("receive slot: {e}"))?;
                 post_recv(self.qp(), &self.recv_mr, self.capsule_len, slot)
-                    .map_err(|e| format!("{}: {e}", "reposting a receive"))?;
+                    .map_err(|e| format!("reposting a receive: {e}"))?;
                 // A slot is freed when its response's SEND completes, which
                 // takes the host's ACK: a host may have the response, and
                 // send its next command, first (an ACK late or lost). The
@@ -239,7 +239,7 @@ impl QueueConn {
                 let p = self.pending[slot].take().ok_or("a READ completed for no command".to_string())?;
                 self.data_mr
                     .read(slot * self.buffer_len, &mut scratch[..p.len])
-                    .map_err(|e| format!("{}: {e}", "data slot"))?;
+                    .map_err(|e| format!("data slot: {e}"))?;
                 let step = self.queue.data_in(now, &p.capsule, &scratch[..p.len]);
                 self.step(slot, p.capsule, step, scratch)
             }
@@ -273,13 +273,13 @@ impl QueueConn {
                     SendOp::Read { remote_addr: addr, rkey: key },
                     vec![self.data_mr.sge(at, len)],
                 );
-                self.qp().post_send(wr).map_err(|e| format!("{}: {e}", "posting an RDMA READ"))
+                self.qp().post_send(wr).map_err(|e| format!("posting an RDMA READ: {e}"))
             }
             Step::Deliver { addr, key, len, response } => {
                 if len > 0 {
                     self.data_mr
                         .write(at as usize, &scratch[..len as usize])
-                        .map_err(|e| format!("{}: {e}", "data slot"))?;
+                        .map_err(|e| format!("data slot: {e}"))?;
                     let mut wr = SendWr::new(
                         WR_WRITE | d as u64,
                         SendOp::Write { remote_addr: addr, rkey: key },
@@ -288,7 +288,7 @@ impl QueueConn {
                     // The response's completion says the WRITE is done (RC
                     // completes in order).
                     wr.signaled = false;
-                    self.qp().post_send(wr).map_err(|e| format!("{}: {e}", "posting an RDMA WRITE"))?;
+                    self.qp().post_send(wr).map_err(|e| format!("posting an RDMA WRITE: {e}"))?;
                 }
                 self.respond(d, response)
             }
@@ -313,7 +313,7 @@ impl QueueConn {
         let sge = roce::Sge { addr: 0, length: cqe.len() as u32, lkey: 0 };
         let mut wr = SendWr::new(WR_SEND | d as u64, op, vec![sge]);
         wr.inline = true;
-        self.qp().post_send_inline(wr, &cqe).map_err(|e| format!("{}: {e}", "posting a response"))
+        self.qp().post_send_inline(wr, &cqe).map_err(|e| format!("posting a response: {e}"))
     }
 }
 

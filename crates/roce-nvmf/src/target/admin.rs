@@ -248,9 +248,6 @@ fn identify(t: &Target, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
                 let (nguid, _) = ids(t, subsys, nsid);
                 NamespaceInfo { blocks: n.blocks(), lbads: n.lbads, nguid, eui64: [0; 8] }.emit()
             }
-            None if subsys.is_some() && nsid != 0xFFFF_FFFF => {
-                return Outcome::err(Status::INVALID_NAMESPACE)
-            }
             None => return Outcome::err(Status::INVALID_NAMESPACE),
         },
         cns::ACTIVE_NS_LIST if nsid < 0xFFFF_FFFE => active_ns_list(1..=namespaces.len() as u32, nsid),

@@ -8,12 +8,10 @@ use crate::wire::{io as op, Status};
 /// Dataset Management takes at most 256 ranges of 16 bytes (Fig. 39).
 const DSM_RANGE_LEN: usize = 16;
 
-pub(super) fn io(q: &mut QueueState, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
+/// An I/O command on a queue of a controller of subsystem `subsys`
+/// (`None`: the discovery controller, which has no I/O commands).
+pub(super) fn io(q: &mut QueueState, subsys: Option<usize>, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
     let t = q.target.clone();
-    let subsys = match t.lock().ctrls.get(&cntlid) {
-        Some(c) => c.subsys,
-        None => return Outcome::err(Status::ABORTED_SQ_DELETION),
-    };
     let Some(subsys) = subsys else { return Outcome::err(Status::INVALID_OPCODE) };
     let namespaces = &t.cfg.subsystems[subsys].namespaces;
     let nsid = cmd.sqe.nsid();

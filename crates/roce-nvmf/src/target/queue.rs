@@ -158,14 +158,6 @@ impl Queue {
         self.finish(&cmd.sqe, sgl, out)
     }
 
-    /// The RDMA READ or WRITE of a command failed: its answer.
-    pub fn transfer_failed(&mut self, bytes: &[u8]) -> Step {
-        match Sqe::new_checked(bytes) {
-            Some(sqe) => self.finish(&sqe, None, Outcome::err(Status::DATA_TRANSFER_ERROR)),
-            None => Step::Fatal("capsule shorter than 64 bytes"),
-        }
-    }
-
     fn dispatch(&mut self, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
         if cmd.sqe.opcode() == op::FABRICS {
             return admin::fabrics(&mut self.st, cmd);
@@ -174,13 +166,15 @@ impl Queue {
             // Only Connect may come first on a queue (NVMe-oF 1.1, 3.3).
             return Outcome::err(Status::COMMAND_SEQUENCE_ERROR);
         };
-        let ready = {
+        // One look at the controller per command: alive, its activity
+        // stamped (traffic keeps it), ready, and which subsystem.
+        let (ready, subsys) = {
             let mut st = self.st.target.lock();
             match st.ctrls.get_mut(&cntlid) {
                 None => return Outcome::err(Status::ABORTED_SQ_DELETION),
                 Some(c) => {
                     c.last_activity_ns = cmd.now;
-                    c.csts & 1 != 0
+                    (c.csts & 1 != 0, c.subsys)
                 }
             }
         };
@@ -189,7 +183,7 @@ impl Queue {
         } else if !ready {
             Outcome::err(Status::COMMAND_SEQUENCE_ERROR)
         } else {
-            io::io(&mut self.st, cntlid, cmd, buf)
+            io::io(&mut self.st, subsys, cmd, buf)
         }
     }
 

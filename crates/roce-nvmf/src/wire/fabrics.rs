@@ -2,7 +2,7 @@
 //! Property Set) and the NVMe/RDMA private data carried in the RDMA CM's
 //! REQ, REP and REJ (NVMe RDMA Transport 1.0, 3.1, Figs. 5-7).
 
-use super::{field_str, le16, le32, le64, put16, put32, put64, put_str, Sqe, NQN_MAX};
+use super::{field_str, le16, put16, put_str, Sqe, NQN_MAX};
 
 /// Fabrics command types (byte 4 of a command with opcode 0x7F).
 pub mod fctype {
@@ -237,19 +237,6 @@ pub mod tsas_rdma {
     pub const PRTYPE_ROCEV2: u8 = 4;
     /// RDMA_CMS: RDMA IP CM.
     pub const CMS_RDMA_CM: u8 = 1;
-}
-
-pub(crate) fn read_u32(b: &[u8], at: usize) -> u32 {
-    le32(b, at)
-}
-pub(crate) fn read_u64(b: &[u8], at: usize) -> u64 {
-    le64(b, at)
-}
-pub(crate) fn write_u32(b: &mut [u8], at: usize, v: u32) {
-    put32(b, at, v)
-}
-pub(crate) fn write_u64(b: &mut [u8], at: usize, v: u64) {
-    put64(b, at, v)
 }
 
 #[cfg(test)]

@@ -1,8 +1,8 @@
 //! Identify data structures (NVMe Base 2.0, 5.17.2) and the discovery log
 //! page (NVMe-oF 1.1, 5.3), as the fields a fabrics host reads.
 
-use super::fabrics::{read_u32, read_u64, tsas_rdma, write_u32, write_u64};
-use super::{field_str, le16, put16, put_str};
+use super::fabrics::tsas_rdma;
+use super::{field_str, le16, le32, le64, put16, put32, put64, put_str};
 
 /// Every Identify data structure is 4,096 bytes.
 pub const IDENTIFY_LEN: usize = 4096;
@@ -91,7 +91,7 @@ impl ControllerInfo {
         put_str(&mut b[ctrl::FR..ctrl::FR + 8], &self.firmware, b' ');
         b[ctrl::MDTS] = self.mdts;
         put16(&mut b, ctrl::CNTLID, self.cntlid);
-        write_u32(&mut b, ctrl::VER, self.version);
+        put32(&mut b, ctrl::VER, self.version);
         b[ctrl::CNTRLTYPE] = self.cntrltype;
         b[ctrl::AERL] = self.aerl;
         put16(&mut b, ctrl::KAS, self.kas);
@@ -100,13 +100,13 @@ impl ControllerInfo {
         b[ctrl::SQES] = 0x66;
         b[ctrl::CQES] = 0x44;
         put16(&mut b, ctrl::MAXCMD, self.maxcmd);
-        write_u32(&mut b, ctrl::NN, self.nn);
+        put32(&mut b, ctrl::NN, self.nn);
         put16(&mut b, ctrl::ONCS, self.oncs);
         b[ctrl::VWC] = u8::from(self.vwc);
-        write_u32(&mut b, ctrl::SGLS, self.sgls);
+        put32(&mut b, ctrl::SGLS, self.sgls);
         put_str(&mut b[ctrl::SUBNQN..ctrl::SUBNQN + 256], &self.subnqn, 0);
-        write_u32(&mut b, ctrl::IOCCSZ, self.ioccsz);
-        write_u32(&mut b, ctrl::IORCSZ, self.iorcsz);
+        put32(&mut b, ctrl::IOCCSZ, self.ioccsz);
+        put32(&mut b, ctrl::IORCSZ, self.iorcsz);
         put16(&mut b, ctrl::ICDOFF, self.icdoff);
         b[ctrl::MSDBD] = self.msdbd;
         b
@@ -123,19 +123,19 @@ impl ControllerInfo {
             model: s(ctrl::MN..ctrl::MN + 40),
             firmware: s(ctrl::FR..ctrl::FR + 8),
             cntlid: le16(b, ctrl::CNTLID),
-            version: read_u32(b, ctrl::VER),
+            version: le32(b, ctrl::VER),
             cntrltype: b[ctrl::CNTRLTYPE],
             mdts: b[ctrl::MDTS],
             kas: le16(b, ctrl::KAS),
             aerl: b[ctrl::AERL],
             maxcmd: le16(b, ctrl::MAXCMD),
-            nn: read_u32(b, ctrl::NN),
+            nn: le32(b, ctrl::NN),
             oncs: le16(b, ctrl::ONCS),
             vwc: b[ctrl::VWC] & 1 != 0,
-            sgls: read_u32(b, ctrl::SGLS),
+            sgls: le32(b, ctrl::SGLS),
             subnqn: s(ctrl::SUBNQN..ctrl::SUBNQN + 256),
-            ioccsz: read_u32(b, ctrl::IOCCSZ),
-            iorcsz: read_u32(b, ctrl::IORCSZ),
+            ioccsz: le32(b, ctrl::IOCCSZ),
+            iorcsz: le32(b, ctrl::IORCSZ),
             icdoff: le16(b, ctrl::ICDOFF),
             msdbd: b[ctrl::MSDBD],
         })
@@ -171,9 +171,9 @@ impl NamespaceInfo {
 
     pub fn emit(&self) -> Vec<u8> {
         let mut b = vec![0u8; IDENTIFY_LEN];
-        write_u64(&mut b, ns::NSZE, self.blocks);
-        write_u64(&mut b, ns::NCAP, self.blocks);
-        write_u64(&mut b, ns::NUSE, self.blocks);
+        put64(&mut b, ns::NSZE, self.blocks);
+        put64(&mut b, ns::NCAP, self.blocks);
+        put64(&mut b, ns::NUSE, self.blocks);
         b[ns::NLBAF] = 0; // one format, 0's based
         b[ns::FLBAS] = 0;
         b[ns::NGUID..ns::NGUID + 16].copy_from_slice(&self.nguid);
@@ -195,7 +195,7 @@ impl NamespaceInfo {
             return None;
         }
         Some(NamespaceInfo {
-            blocks: read_u64(b, ns::NSZE),
+            blocks: le64(b, ns::NSZE),
             lbads,
             nguid: b[ns::NGUID..ns::NGUID + 16].try_into().expect("16"),
             eui64: b[ns::EUI64..ns::EUI64 + 8].try_into().expect("8"),
@@ -208,7 +208,7 @@ impl NamespaceInfo {
 pub fn active_ns_list(nsids: impl IntoIterator<Item = u32>, after: u32) -> Vec<u8> {
     let mut b = vec![0u8; IDENTIFY_LEN];
     for (i, id) in nsids.into_iter().filter(|&n| n > after).take(IDENTIFY_LEN / 4).enumerate() {
-        write_u32(&mut b, 4 * i, id);
+        put32(&mut b, 4 * i, id);
     }
     b
 }
@@ -253,8 +253,8 @@ pub const DISCOVERY_ENTRY_LEN: usize = 1024;
 /// The whole discovery log page for `entries`, generation `genctr`.
 pub fn discovery_log(genctr: u64, entries: &[DiscoveryEntry]) -> Vec<u8> {
     let mut b = vec![0u8; DISCOVERY_HEADER_LEN + DISCOVERY_ENTRY_LEN * entries.len()];
-    write_u64(&mut b, 0, genctr);
-    write_u64(&mut b, 8, entries.len() as u64);
+    put64(&mut b, 0, genctr);
+    put64(&mut b, 8, entries.len() as u64);
     put16(&mut b, 16, 0); // recfmt
     for (i, e) in entries.iter().enumerate() {
         let d = &mut b[DISCOVERY_HEADER_LEN + i * DISCOVERY_ENTRY_LEN..][..DISCOVERY_ENTRY_LEN];
@@ -282,8 +282,8 @@ pub fn parse_discovery_log(b: &[u8]) -> Option<(u64, u64, Vec<DiscoveryEntry>)> 
     if b.len() < DISCOVERY_HEADER_LEN {
         return None;
     }
-    let genctr = read_u64(b, 0);
-    let numrec = read_u64(b, 8);
+    let genctr = le64(b, 0);
+    let numrec = le64(b, 8);
     let held = (b.len() - DISCOVERY_HEADER_LEN) / DISCOVERY_ENTRY_LEN;
     let n = usize::try_from(numrec).unwrap_or(usize::MAX).min(held);
     let s = |f: &[u8]| field_str(f).unwrap_or("").trim_end().to_string();
