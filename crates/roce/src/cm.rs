@@ -43,6 +43,20 @@ pub use roce_wire::cma::UDP_QKEY;
 pub use roce_wire::udp::ROCE_PORT;
 pub use socket::{connect, connect_with, Connection, Listener};
 
+/// The local address the kernel routes `peer` from (a connected UDP
+/// socket's own address): the address a device should bind to reach
+/// `peer`, since its GID, and so the CM's source, is that address.
+pub fn route_to(peer: IpAddr) -> std::io::Result<IpAddr> {
+    let any: IpAddr = if peer.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = std::net::UdpSocket::bind((any, 0))?;
+    s.connect((peer, ROCE_PORT))?;
+    Ok(s.local_addr()?.ip())
+}
+
 /// What a REQ asks for (`struct rdma_conn_param` on the active side).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectOpts {

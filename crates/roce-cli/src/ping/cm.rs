@@ -9,7 +9,7 @@
 //! talks to a stock `ucmatose` (its server sends its 10 SENDs of 100 bytes
 //! first, its client answers with as many).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use roce::cm::{AcceptOpts, CmEvent, CmId, ConnectOpts, EventChannel, PortSpace};
@@ -54,13 +54,9 @@ impl End {
     }
 }
 
-/// The local address that routes to `peer` (a connected UDP socket's).
+/// The local address that routes to `peer`.
 pub(crate) fn route_to(peer: IpAddr) -> Result<IpAddr> {
-    let any: IpAddr =
-        if peer.is_ipv4() { Ipv4Addr::UNSPECIFIED.into() } else { std::net::Ipv6Addr::UNSPECIFIED.into() };
-    let s = UdpSocket::bind((any, 0)).map_err(|e| Error::Protocol(format!("no route to {peer}: {e}")))?;
-    s.connect((peer, 4791)).map_err(|e| Error::Protocol(format!("no route to {peer}: {e}")))?;
-    Ok(s.local_addr().map_err(|e| Error::Protocol(format!("no route to {peer}: {e}")))?.ip())
+    roce::cm::route_to(peer).map_err(|e| Error::Protocol(format!("no route to {peer}: {e}")))
 }
 
 /// The client: REQ to `server:port`, the ping-pong, DREQ.
