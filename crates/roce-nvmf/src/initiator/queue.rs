@@ -109,6 +109,13 @@ impl HostQueue {
         self.free.pop()
     }
 
+    /// Returns a slot taken but not submitted.
+    pub fn give_back(&mut self, slot: u16) {
+        if self.busy.get(usize::from(slot)).is_some_and(Option::is_none) && !self.free.contains(&slot) {
+            self.free.push(slot);
+        }
+    }
+
     /// The keyed SGL for `len` bytes of `slot` (sub type address: the
     /// controller answers with a plain SEND and the region stays ours).
     pub fn sgl(&self, slot: u16, len: u32) -> Sgl {
