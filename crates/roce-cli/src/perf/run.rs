@@ -755,6 +755,11 @@ impl Side for RdmaSide {
                 t.flushed = true;
             }
             let mut reaped = now;
+            // Completions taken between posts: progress, and perhaps all
+            // that was outstanding (a post that flushed for longer than a
+            // round trip), so the wait below must not block on a CQ that
+            // nothing will fill.
+            let mut reaped_some = false;
             for qi in 0..q {
                 // Past the deadline, only a QP that has not posted yet (a
                 // first pass over thousands of QPs can outlast a short
@@ -787,6 +792,7 @@ impl Side for RdmaSide {
                 if now.duration_since(reaped) >= REAP_EVERY {
                     let k = take(&self.res().scq, &mut wcs, Duration::ZERO)?;
                     t.absorb(&wcs[..k], now)?;
+                    reaped_some |= k > 0;
                     reaped = now;
                     stopped |= deadline.is_some_and(|d| now >= d);
                 }
@@ -810,12 +816,12 @@ impl Side for RdmaSide {
             } else if let (Some(d), false) = (deadline, stopped) {
                 wait = wait.min(d.saturating_duration_since(now).max(Duration::from_micros(100)));
             }
-            if sends_done {
+            if sends_done || reaped_some {
                 wait = Duration::ZERO;
             }
             let k = take(&self.res().scq, &mut wcs, wait)?;
             t.absorb(&wcs[..k], Instant::now())?;
-            let mut progressed = k > 0;
+            let mut progressed = k > 0 || reaped_some;
             if recv_too {
                 let r = take(
                     &self.res().rcq,
