@@ -10,10 +10,10 @@
 //! ```
 //!
 //! Each file (see [`spec`] for the name's keys) is a namespace of a
-//! subsystem; each job connects its own controller with one I/O queue as
-//! deep as its `iodepth` (fio's reads, writes, trims as Dataset Management
-//! deallocate, and syncs as Flush), and the jobs of one process share the
-//! device on their address. A device owns UDP 4791 of its address, so
+//! subsystem; each job connects its own controller with one I/O queue of
+//! twice its `iodepth` entries, at least 32 (fio's reads, writes, trims
+//! as Dataset Management deallocate, and syncs as Flush), and the jobs of
+//! one process share the device on their address. A device owns UDP 4791 of its address, so
 //! jobs that fio forks into processes each need a `hostaddr=` of their
 //! own; `thread=1` runs them in one process on one device.
 //!
@@ -133,7 +133,11 @@ unsafe extern "C" fn open_file(td: *mut ThreadData, f: *mut FioFile) -> c_int {
             Ok(s) => s,
             Err(e) => return report(&name, &e.to_string()),
         };
-        match Conn::open(&spec, j.io_units.max(1), 1 << 20) {
+        // More entries than I/Os in flight (the Linux host has 128): a
+        // target frees an entry only when its response's SEND is
+        // acknowledged, after we may have sent the next command.
+        let entries = j.io_units.saturating_mul(2).max(32);
+        match Conn::open(&spec, entries, 1 << 20) {
             Ok(c) => {
                 f.set_size(c.size());
                 j.conns.insert(f.key(), c);

@@ -70,6 +70,13 @@ pub struct PerfArgs {
     /// I/O queues.
     #[arg(long, default_value_t = 1)]
     pub queues: u16,
+    /// Entries of each I/O queue (at least the I/O depth; cut to the
+    /// controller's CAP.MQES). More entries than I/Os in flight, as the
+    /// Linux host's 128: a target frees an entry when the SEND of its
+    /// response is acknowledged, which comes after the host has the
+    /// response and may already send its next command.
+    #[arg(long, default_value_t = 128)]
+    pub queue_size: u16,
     /// Seconds to run.
     #[arg(short = 't', long = "time", default_value_t = 5.0)]
     pub time: f64,
@@ -211,7 +218,7 @@ fn perf(a: &PerfArgs) -> Result<(), String> {
     let (dev, addr, t) = open(&a.peer)?;
     let mut o = options(&a.peer, &a.nqn, t);
     o.io_queues = a.queues;
-    o.queue_depth = a.iodepth.max(2);
+    o.queue_depth = a.queue_size.max(a.iodepth).max(2);
     o.max_transfer = (a.bs as usize).max(4096);
     let mut c = Controller::connect(&dev, addr, &o).map_err(|e| e.to_string())?;
     let ns = c.namespaces().map_err(|e| e.to_string())?;
