@@ -63,10 +63,11 @@ impl Cq {
 
     /// Waits until at least one completion is ready or `timeout` passes.
     pub fn wait(&self, out: &mut [Wc], timeout: StdDuration) -> Result<usize> {
-        let got = wait_for(&self.inner.dev.inner.shared, Until::Completion, timeout, |core| {
-            let n = core.engine.poll_cq(self.inner.id, out)?;
-            Ok((n > 0).then_some(n))
-        })?;
+        let got =
+            wait_for(&self.inner.dev.inner.shared, Until::Completion(self.inner.id), timeout, |core| {
+                let n = core.engine.poll_cq(self.inner.id, out)?;
+                Ok((n > 0).then_some(n))
+            })?;
         got.ok_or(Error::Timeout("no completion"))
     }
 }

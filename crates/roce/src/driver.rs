@@ -11,10 +11,10 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration as StdDuration;
 
-use roce_proto::{DatagramMeta, Engine, Instant};
+use roce_proto::{CqId, DatagramMeta, Engine, Instant};
 use roce_wire::icrc::{Ipv4IdCache, ICRC_LEN};
 
 use crate::capture::{Capture, IpFields};
@@ -41,12 +41,14 @@ pub(crate) struct Core {
     stats: DriverStats,
     /// How ICRCs move with the IPv4 ID, by datagram length (GSO segments).
     ipv4_ids: Ipv4IdCache,
-    /// Threads sleeping on `Shared::cq_cond` for a completion
-    /// (`Cq::wait`). Notifying costs a futex
-    /// syscall even with nobody waiting, and a woken thread a context
-    /// switch, so progress notifies them only when it produced a
-    /// completion: a stream of ACKs for unsignaled WRITEs wakes nobody.
-    pub cq_waiters: usize,
+    /// Threads sleeping in `Cq::wait`, each on a condition variable of
+    /// its own, with the CQ it waits for. Notifying costs a futex syscall
+    /// and a woken thread a context switch, so progress notifies only the
+    /// sleepers whose CQ now holds a completion: a stream of ACKs for
+    /// unsignaled WRITEs wakes nobody, and a completion on one QP's CQ
+    /// does not wake the threads of every other (a target's connection
+    /// threads, a collective's ranks).
+    pub cq_sleepers: Vec<(CqId, Arc<Condvar>)>,
     /// Threads sleeping on `Shared::cq_cond` for any progress (a byte
     /// that an incoming WRITE may change: `Mr::wait_byte`).
     pub progress_waiters: usize,
@@ -188,9 +190,10 @@ impl Shared {
         let _ = self.dead.set(why);
         let mut wakers = std::mem::take(&mut core.cq_wakers);
         wakers.append(&mut core.event_wakers);
+        let sleepers = core.cq_sleepers.iter().map(|(_, cv)| cv.clone()).collect();
         drop(core);
         let _ = self.waker.wake();
-        Wake { notify: true, wakers }.fire(&self.cq_cond);
+        Wake { notify: true, wakers, sleepers }.fire(&self.cq_cond);
     }
 
     /// Runs `f` on the core and catches an engine panic in it: the device
@@ -307,14 +310,20 @@ pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 #[must_use]
 #[derive(Default)]
 pub(crate) struct Wake {
+    /// Threads waiting for any progress (`Shared::cq_cond`).
     notify: bool,
     wakers: Vec<std::task::Waker>,
+    /// The `Cq::wait` sleepers whose CQ holds a completion.
+    sleepers: Vec<Arc<Condvar>>,
 }
 
 impl Wake {
     pub fn fire(self, cond: &Condvar) {
         if self.notify {
             cond.notify_all();
+        }
+        for s in &self.sleepers {
+            s.notify_all();
         }
         self.wakers.into_iter().for_each(std::task::Waker::wake);
     }
@@ -367,7 +376,7 @@ impl Core {
             capture: None,
             stats,
             ipv4_ids: Ipv4IdCache::default(),
-            cq_waiters: 0,
+            cq_sleepers: Vec::new(),
             progress_waiters: 0,
             completions_seen: 0,
             cq_wakers: Vec::new(),
@@ -470,7 +479,16 @@ impl Core {
         if !self.event_wakers.is_empty() && self.engine.has_event() {
             wakers.append(&mut self.event_wakers);
         }
-        Wake { notify: self.progress_waiters > 0 || (fresh && self.cq_waiters > 0), wakers }
+        let sleepers = if fresh {
+            self.cq_sleepers
+                .iter()
+                .filter(|(cq, _)| self.engine.cq_len(*cq) > 0)
+                .map(|(_, cv)| cv.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Wake { notify: self.progress_waiters > 0, wakers, sleepers }
     }
 
     pub fn fd(&self) -> RawFd {
