@@ -29,6 +29,50 @@ use crate::abi::*;
 use crate::backend::{self, CmEvent};
 use crate::queue::{lock, EventQueue};
 
+/// The addresses of the ids and channels made and not yet destroyed.
+///
+/// A program may hand back an id or channel it destroyed: perftest 4.5's
+/// `-R` client, when a connection is rejected, destroys its ids and
+/// channel and frees their array, then retries `rdma_resolve_addr` on the
+/// same pointers. rdma-core then passes a stale handle to the kernel,
+/// which refuses it; here the pointer is checked against these sets
+/// before it is read, and refused with `EINVAL`, instead of this library
+/// reading freed memory (a crash). A destroyed object's address may be
+/// reused by a new one, which the check then lets through, as rdma-core's
+/// reused handle would.
+pub struct Live {
+    ids: Mutex<std::collections::HashSet<usize>>,
+    channels: Mutex<std::collections::HashSet<usize>>,
+}
+
+pub static LIVE: std::sync::LazyLock<Live> = std::sync::LazyLock::new(|| Live {
+    ids: Mutex::new(std::collections::HashSet::new()),
+    channels: Mutex::new(std::collections::HashSet::new()),
+});
+
+impl Live {
+    pub fn id_made(&self, p: *const IdObj) {
+        lock(&self.ids).insert(p as usize);
+    }
+    /// Whether `p` is an id not yet destroyed.
+    pub fn id(&self, p: *const IdObj) -> bool {
+        lock(&self.ids).contains(&(p as usize))
+    }
+    /// Forgets `p`; false if it was not live.
+    pub fn id_gone(&self, p: *const IdObj) -> bool {
+        lock(&self.ids).remove(&(p as usize))
+    }
+    pub fn channel_made(&self, p: *const ChannelObj) {
+        lock(&self.channels).insert(p as usize);
+    }
+    pub fn channel(&self, p: *const ChannelObj) -> bool {
+        lock(&self.channels).contains(&(p as usize))
+    }
+    pub fn channel_gone(&self, p: *const ChannelObj) -> bool {
+        lock(&self.channels).remove(&(p as usize))
+    }
+}
+
 /// What waits on a channel for `rdma_get_cm_event`.
 pub enum Raw {
     /// An event the library makes itself (address and route resolution).
@@ -58,7 +102,9 @@ impl ChannelObj {
         use std::os::fd::AsRawFd;
         let ch = Arc::new(Channel { queue: EventQueue::new()? });
         let fd = ch.queue.fd.as_raw_fd();
-        Ok(Box::into_raw(Box::new(ChannelObj { c: UnsafeCell::new(rdma_event_channel { fd }), ch })))
+        let p = Box::into_raw(Box::new(ChannelObj { c: UnsafeCell::new(rdma_event_channel { fd }), ch }));
+        LIVE.channel_made(p);
+        Ok(p)
     }
 }
 
@@ -193,6 +239,7 @@ impl IdObj {
         let path = UnsafeCell::new(unsafe { std::mem::zeroed() });
         let p = Box::into_raw(Box::new(IdObj { c: UnsafeCell::new(c), path, shared: shared.clone() }));
         shared.obj.store(p as usize, Ordering::Release);
+        LIVE.id_made(p);
         p
     }
 

@@ -22,10 +22,13 @@ pub extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
 
 #[no_mangle]
 pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    if !channel.is_null() {
-        // SAFETY: the module's argument: a channel of ours, destroyed once,
-        // with no id left on it (the program's duty, as in rdma-core).
-        drop(unsafe { Box::from_raw(channel.cast::<ChannelObj>()) });
+    let p = channel.cast::<ChannelObj>();
+    // A channel destroyed already (or never ours) is left alone.
+    if crate::id::LIVE.channel_gone(p) {
+        // SAFETY: the module's argument: a live channel of ours, destroyed
+        // once (it is no longer live), with no id left on it (the
+        // program's duty, as in rdma-core).
+        drop(unsafe { Box::from_raw(p) });
     }
 }
 
@@ -39,8 +42,10 @@ pub(super) fn create_id(
     let _ = addr::devices();
     let (chan, sync) = if channel.is_null() {
         (ChannelObj::new().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?, true)
-    } else {
+    } else if crate::id::LIVE.channel(channel.cast()) {
         (channel.cast::<ChannelObj>(), false)
+    } else {
+        return Err(libc::EINVAL);
     };
     // SAFETY: the module's argument, or just made.
     let ch = unsafe { (*chan).ch.clone() };
@@ -161,10 +166,11 @@ pub(super) fn destroy(obj: &IdObj) {
     }
     drop(st);
     sh.obj.store(0, Ordering::Release);
-    // SAFETY: the id, destroyed once (the module's argument); nothing
-    // refers to it any more.
+    crate::id::LIVE.id_gone(obj);
+    // SAFETY: the id, destroyed once (the module's argument, and no longer
+    // live for `id_obj`); nothing refers to it any more.
     drop(unsafe { Box::from_raw(obj as *const IdObj as *mut IdObj) });
-    if sync {
+    if sync && crate::id::LIVE.channel_gone(chan as *const ChannelObj) {
         // SAFETY: the id's private channel, which only it used.
         drop(unsafe { Box::from_raw(chan as *mut ChannelObj) });
     }
@@ -443,7 +449,7 @@ pub unsafe extern "C" fn rdma_migrate_id(id: *mut rdma_cm_id, channel: *mut rdma
             st = obj.shared.cond.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         drop(st);
-        if old_sync {
+        if old_sync && crate::id::LIVE.channel_gone(old_chan as *const ChannelObj) {
             // SAFETY: the id's old private channel, which only it used.
             drop(unsafe { Box::from_raw(old_chan as *mut ChannelObj) });
         }

@@ -13,7 +13,8 @@
 //! same calls): every `rdma_cm_id` and `rdma_event_channel` pointer passed
 //! in was returned by this library and not yet destroyed (they are the
 //! first fields of boxed [`IdObj`]/[`ChannelObj`], freed only by the
-//! destroy calls); every event pointer came from `rdma_get_cm_event` and
+//! destroy calls; a pointer that is not, stale or foreign, is refused
+//! with `EINVAL` before it is read: `id::LIVE`); every event pointer came from `rdma_get_cm_event` and
 //! is acknowledged once; argument structures are valid for reads (or
 //! writes) of their declared C type for the call. NULL is refused with
 //! `EINVAL`. No panic crosses the boundary: bodies run under
@@ -64,8 +65,14 @@ fn ret_ptr<T>(f: impl FnOnce() -> R<*mut T>) -> *mut T {
 /// # Safety
 /// The module's argument: NULL or a live id of this library.
 unsafe fn id_obj<'a>(id: *mut rdma_cm_id) -> R<&'a IdObj> {
+    let p = id.cast::<IdObj>();
+    if !crate::id::LIVE.id(p) {
+        // NULL, or not an id of ours that is still alive (one the
+        // program destroyed): refused before it is read.
+        return Err(libc::EINVAL);
+    }
     // SAFETY: the C part is the first field of a live boxed IdObj.
-    unsafe { id.cast::<IdObj>().as_ref() }.ok_or(libc::EINVAL)
+    unsafe { p.as_ref() }.ok_or(libc::EINVAL)
 }
 
 /// The object behind a program's channel pointer.
@@ -73,8 +80,12 @@ unsafe fn id_obj<'a>(id: *mut rdma_cm_id) -> R<&'a IdObj> {
 /// # Safety
 /// As [`id_obj`]'s.
 unsafe fn chan_obj<'a>(ch: *mut rdma_event_channel) -> R<&'a ChannelObj> {
+    let p = ch.cast::<ChannelObj>();
+    if !crate::id::LIVE.channel(p) {
+        return Err(libc::EINVAL);
+    }
     // SAFETY: as `id_obj`.
-    unsafe { ch.cast::<ChannelObj>().as_ref() }.ok_or(libc::EINVAL)
+    unsafe { p.as_ref() }.ok_or(libc::EINVAL)
 }
 
 /// Registers the CM handler with roce's libibverbs once.

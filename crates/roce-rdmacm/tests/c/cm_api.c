@@ -3,7 +3,8 @@
  *
  *   local  - channels, ids, address and route resolution, QPs made for an
  *            id, rdma_init_qp_attr, endpoints, getaddrinfo, the failures
- *            the library documents (no CM traffic at all);
+ *            the library documents, ids and channels used after their
+ *            destruction (no CM traffic at all);
  *   connect - a listener and a client in one process on one device: the
  *            REQ/REP/RTU exchange through the device's own socket, a SEND
  *            each way over the connected QPs, reject, disconnect.
@@ -164,6 +165,26 @@ static void local(void)
 	rdma_freeaddrinfo(res);
 
 	rdma_destroy_event_channel(ch);
+
+	/* A program that uses an id and a channel after destroying them, as
+	 * perftest 4.5's -R client does when it retries a rejected
+	 * connection: refused with EINVAL (rdma-core's kernel refuses the
+	 * stale handle), never a read of freed memory. */
+	struct rdma_event_channel *gone = rdma_create_event_channel();
+	CHECK(gone);
+	struct rdma_cm_id *stale;
+	CHECK(rdma_create_id(gone, &stale, NULL, RDMA_PS_TCP) == 0);
+	CHECK(rdma_destroy_id(stale) == 0);
+	rdma_destroy_event_channel(gone);
+	struct sockaddr_in to = sin_of(ip, 7471);
+	errno = 0;
+	CHECK(rdma_resolve_addr(stale, NULL, (struct sockaddr *)&to, 2000) == -1 && errno == EINVAL);
+	errno = 0;
+	CHECK(rdma_destroy_id(stale) == -1 && errno == EINVAL);
+	struct rdma_cm_id *on_gone;
+	errno = 0;
+	CHECK(rdma_create_id(gone, &on_gone, NULL, RDMA_PS_TCP) == -1 && errno == EINVAL);
+	rdma_destroy_event_channel(gone); /* a second time: ignored */
 }
 
 int main(int argc, char **argv)
