@@ -8,59 +8,21 @@
 //! fio`); without it the test skips, except under CI.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use roce::{Device, DeviceConfig};
 use roce_nvmf::namespace::{Backend, MemBackend};
 use roce_nvmf::server::{serve, Log};
 use roce_nvmf::target::{Namespace, SubsystemConfig, Target, TargetConfig};
-use roce_test_support::in_ci;
+use roce_test_support::{built_cdylib, in_ci};
 
 const NQN: &str = "nqn.2026-11.io.roce:fio";
 const TARGET: &str = "127.0.8.2";
 const HOST: &str = "127.0.8.3";
 const NS_BYTES: u64 = 32 << 20;
-
-fn modified(p: &Path) -> SystemTime {
-    p.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH)
-}
-
-fn newest(p: &Path) -> SystemTime {
-    if p.is_dir() {
-        std::fs::read_dir(p)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| newest(&e.path()))
-            .max()
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    } else {
-        modified(p)
-    }
-}
-
-/// The engine library cargo built beside this test, checked to be newer
-/// than its sources.
-fn engine() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let deps = exe.parent().expect("the test's directory");
-    let lib = [deps.join("libroce_fio.so"), deps.join("../libroce_fio.so")]
-        .into_iter()
-        .filter(|p| p.is_file())
-        .max_by_key(|p| modified(p))
-        .unwrap_or_else(|| deps.join("libroce_fio.so"));
-    let src = newest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
-    assert!(
-        lib.is_file() && modified(&lib) >= src,
-        "{} is missing or older than roce-fio's sources: run `cargo build -p roce-fio` first",
-        lib.display()
-    );
-    lib
-}
 
 fn fio_present() -> bool {
     let ok = Command::new("fio").arg("--version").output().is_ok_and(|o| o.status.success());
@@ -77,7 +39,7 @@ fn file_name(nqn: &str) -> String {
 
 /// Runs fio with the engine and `args`, giving it 60 s.
 fn fio(args: &[&str]) -> Output {
-    let lib = engine();
+    let lib = built_cdylib("libroce_fio.so", "roce-fio");
     // fio leaves its verify state files in its working directory.
     let dir = std::env::temp_dir().join(format!("roce-fio-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a scratch directory");

@@ -1,6 +1,44 @@
 //! What the target's and the initiator's queues share on a `roce` device.
 
-use roce::{Access, AttrMask, Device, Pd, Qp, QpAttr, QpBuilder, QpState, Result};
+use std::time::{Duration, Instant};
+
+use roce::{Access, AttrMask, Cq, Device, Pd, Qp, QpAttr, QpBuilder, QpState, Result, Wc};
+
+/// How long a queue's thread with work outstanding spins on its CQ
+/// before it sleeps.
+const SPIN: Duration = Duration::from_micros(100);
+
+/// Completions on `cq`, waiting up to `wait` for the first. While
+/// `busy()` (work outstanding: responses on the target, commands on the
+/// host) the thread spins for up to [`SPIN`] driving the device's socket
+/// itself (`Cq::poll_or_drive` for `qpn`'s sends): what arrives is
+/// handled without the driver thread's wake-up and this thread's. Then it
+/// hands the socket back and sleeps in `Cq::wait`.
+pub(crate) fn next_completions(
+    cq: &Cq,
+    qpn: u32,
+    busy: impl Fn() -> bool,
+    wcs: &mut [Wc],
+    wait: Duration,
+) -> Result<usize> {
+    let start = Instant::now();
+    let spin = wait.min(SPIN);
+    while busy() && start.elapsed() < spin {
+        let n = cq.poll_or_drive(wcs, &[qpn], 1)?;
+        if n > 0 {
+            return Ok(n);
+        }
+        std::hint::spin_loop();
+    }
+    let n = cq.poll_or_drive(wcs, &[], 1)?;
+    if n > 0 || wait.is_zero() {
+        return Ok(n);
+    }
+    match cq.wait(wcs, wait.saturating_sub(start.elapsed())) {
+        Err(roce::Error::Timeout(_)) => Ok(0),
+        r => r,
+    }
+}
 
 /// An RC QP in INIT for a queue of `entries` commands: receives for as
 /// many capsules, sends for a data transfer and a capsule each, inline

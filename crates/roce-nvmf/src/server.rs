@@ -29,9 +29,6 @@ pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the loops look at the stop flag and the keep-alive clock.
 const TICK: Duration = Duration::from_millis(50);
-/// How long a connection's thread with responses outstanding spins on its
-/// CQ, driving the socket, before it sleeps.
-const SPIN: Duration = Duration::from_micros(100);
 
 /// Serves `target` on `dev`'s address, RDMA CM port `port`, until `stop`
 /// is set. Connections run on threads of their own; this returns after
@@ -188,7 +185,15 @@ impl QueueConn {
                     break 'outer "the host disconnected".to_string();
                 }
             }
-            let n = match self.next_completions(&mut wcs) {
+            // With responses outstanding the thread spins a little first.
+            let busy = || self.free.len() < self.pending.len();
+            let n = match crate::rdma::next_completions(
+                self.qp().recv_cq(),
+                self.qp().qpn(),
+                busy,
+                &mut wcs,
+                TICK,
+            ) {
                 Ok(n) => n,
                 Err(e) => break format!("the completion queue failed: {e}"),
             };
@@ -202,33 +207,6 @@ impl QueueConn {
         log(&format!("{peer}: queue {qid} of controller {:?} ends: {why}", self.queue.cntlid()));
         self.queue.close();
         let _ = self.conn.disconnect();
-    }
-
-    /// Completions, waiting up to [`TICK`] for the first. While responses
-    /// are outstanding (a host keeping the queue busy), the thread spins
-    /// for up to [`SPIN`] driving the device's socket itself
-    /// (`Cq::poll_or_drive`): the ACKs and the next commands it receives
-    /// are handled without the driver thread's wake-up, and this thread's
-    /// own. Then it hands the socket back and sleeps.
-    fn next_completions(&self, wcs: &mut [Wc]) -> roce::Result<usize> {
-        let cq = self.qp().recv_cq();
-        let start = Instant::now();
-        while self.free.len() < self.pending.len() && start.elapsed() < SPIN {
-            let n = cq.poll_or_drive(wcs, &[self.qp().qpn()], 1)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            std::hint::spin_loop();
-        }
-        let n = cq.poll_or_drive(wcs, &[], 1)?;
-        if n > 0 {
-            return Ok(n);
-        }
-        match cq.wait(wcs, TICK) {
-            Ok(n) => Ok(n),
-            Err(roce::Error::Timeout(_)) => Ok(0),
-            Err(e) => Err(e),
-        }
     }
 
     fn completion(&mut self, wc: &Wc, now: u64, scratch: &mut [u8]) -> Result<(), String> {

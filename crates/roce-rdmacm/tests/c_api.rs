@@ -13,47 +13,13 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use roce_test_support::in_ci;
+use roce_test_support::{built_cdylib, in_ci};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 fn skip(msg: &str) {
     assert!(!in_ci(), "{msg}: CI must run the librdmacm C tests");
     eprintln!("SKIPPED: {msg}");
-}
-
-fn modified(p: &Path) -> std::time::SystemTime {
-    std::fs::metadata(p).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-}
-
-fn newest(p: &Path) -> std::time::SystemTime {
-    let mut t = modified(p);
-    if p.is_dir() {
-        for e in std::fs::read_dir(p).unwrap() {
-            t = t.max(newest(&e.unwrap().path()));
-        }
-    }
-    t
-}
-
-/// `name` (a cdylib of `krate`) beside this test, no older than that
-/// crate's sources.
-fn library(name: &str, krate: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    let lib = exe.parent().expect("the test's directory").join(name);
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(krate);
-    let sources = ["src", "build.rs", "symbols.txt", "Cargo.toml"]
-        .iter()
-        .map(|f| dir.join(f))
-        .filter(|p| p.exists())
-        .map(|p| newest(&p))
-        .max();
-    assert!(
-        lib.is_file() && Some(modified(&lib)) >= sources,
-        "{} is missing or older than {krate}'s sources: run `cargo build -p {krate}` first",
-        lib.display()
-    );
-    lib
 }
 
 fn program() -> Option<&'static Path> {
@@ -99,8 +65,8 @@ fn run(scenario: &str, ip: &str) -> (bool, String) {
     let exe = program().expect("built");
     let preload = format!(
         "{}:{}",
-        library("libroce_ibverbs.so", "roce-ibverbs").display(),
-        library("libroce_rdmacm.so", "roce-rdmacm").display()
+        built_cdylib("libroce_ibverbs.so", "roce-ibverbs").display(),
+        built_cdylib("libroce_rdmacm.so", "roce-rdmacm").display()
     );
     let mut child = Command::new(exe)
         .args([scenario, ip])

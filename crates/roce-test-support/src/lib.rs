@@ -19,6 +19,47 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+fn modified(p: &Path) -> std::time::SystemTime {
+    std::fs::metadata(p).and_then(|m| m.modified()).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// The newest modification among `p` and the files under it.
+fn newest(p: &Path) -> std::time::SystemTime {
+    let mut t = modified(p);
+    if p.is_dir() {
+        for e in std::fs::read_dir(p).unwrap() {
+            t = t.max(newest(&e.unwrap().path()));
+        }
+    }
+    t
+}
+
+/// `name`, a cdylib of workspace crate `krate`, as cargo built it beside
+/// the running test, checked to be no older than that crate's sources:
+/// cargo does not rebuild a crate's cdylib for its own integration tests
+/// (only for a crate that depends on it), so an old library fails the
+/// test with the command to run, rather than testing old code.
+///
+/// # Panics
+/// When the library is missing or older than the sources.
+pub fn built_cdylib(name: &str, krate: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test's own path");
+    let lib = exe.parent().expect("the test's directory").join(name);
+    let dir = repo_root().join("crates").join(krate);
+    let sources = ["src", "build.rs", "symbols.txt", "Cargo.toml"]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.exists())
+        .map(|p| newest(&p))
+        .max();
+    assert!(
+        lib.is_file() && Some(modified(&lib)) >= sources,
+        "{} is missing or older than {krate}'s sources: run `cargo build -p {krate}` first",
+        lib.display()
+    );
+    lib
+}
+
 /// Whether `CI` is set to something other than empty, `0` or `false`.
 pub fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")

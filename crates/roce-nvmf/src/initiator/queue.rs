@@ -13,10 +13,6 @@ use super::HostError;
 use crate::wire::fabrics::{parse_rej_private, ReqPrivate};
 use crate::wire::{Cqe, Sgl, Sqe, CQE_LEN, FLAGS_SGL, SQE_LEN};
 
-/// How long a thread with commands outstanding spins on its CQ before it
-/// sleeps.
-const SPIN: Duration = Duration::from_micros(100);
-
 const WR_RECV: u64 = 1 << 32;
 const WR_SEND: u64 = 2 << 32;
 
@@ -154,38 +150,12 @@ impl HostQueue {
         Ok(())
     }
 
-    /// Work completions, waiting up to `wait` for the first. With
-    /// commands outstanding the thread first spins for up to [`SPIN`],
-    /// driving the device's socket itself (`Cq::poll_or_drive`: the
-    /// responses are received without the driver thread's wake-up and
-    /// this thread's), then hands the socket back and sleeps.
-    fn completions(&self, wcs: &mut [Wc], wait: Duration) -> Result<usize, HostError> {
-        let cq = self.conn.qp().recv_cq();
-        let qpn = [self.conn.qp().qpn()];
-        let start = Instant::now();
-        let spin = wait.min(SPIN);
-        while self.outstanding() > 0 && start.elapsed() < spin {
-            let n = cq.poll_or_drive(wcs, &qpn, 1)?;
-            if n > 0 {
-                return Ok(n);
-            }
-            std::hint::spin_loop();
-        }
-        let n = cq.poll_or_drive(wcs, &[], 1)?;
-        if n > 0 || wait.is_zero() {
-            return Ok(n);
-        }
-        match cq.wait(wcs, wait.saturating_sub(start.elapsed())) {
-            Ok(n) => Ok(n),
-            Err(roce::Error::Timeout(_)) => Ok(0),
-            Err(e) => Err(e.into()),
-        }
-    }
-
     /// Completions that arrived, waiting up to `wait` for the first.
     pub fn poll(&mut self, wait: Duration, out: &mut Vec<Done>) -> Result<(), HostError> {
         let mut wcs = [Wc::EMPTY; 32];
-        let n = self.completions(&mut wcs, wait)?;
+        let qp = self.conn.qp();
+        let n =
+            crate::rdma::next_completions(qp.recv_cq(), qp.qpn(), || self.outstanding() > 0, &mut wcs, wait)?;
         for wc in &wcs[..n] {
             if wc.status != roce::WcStatus::Success {
                 return Err(HostError::Protocol(format!(
