@@ -185,13 +185,27 @@ fn rows(out: &str, what: &str) -> Vec<Vec<f64>> {
     rows
 }
 
-/// Bandwidth rows: a positive average and message rate for each size.
+/// Bandwidth rows: a positive message rate for each size, and an average
+/// bandwidth that is that rate times the size (perftest's MB is 2^20
+/// bytes). The average is printed with two decimals, so a slow small size
+/// on a loaded machine reads 0.00 (2 bytes at 2,500 messages a second is
+/// 0.005 MB/s): the rate is what shows the transfers happened, and the
+/// product checks that the two columns describe the same run.
 fn assert_bw(out: &str, what: &str, sizes: usize) -> f64 {
     let rows = rows(out, what);
     assert_eq!(rows.len(), sizes, "{what}: {} sizes in\n{out}", rows.len());
     for r in &rows {
         assert_eq!(r.len(), 5, "{what}: row {r:?}");
-        assert!(r[3] > 0.0 && r[4] > 0.0, "{what}: no bandwidth in row {r:?}\n{out}");
+        assert!(r[4] > 0.0, "{what}: no messages in row {r:?}\n{out}");
+        let expect = r[0] * r[4] * 1e6 / f64::from(1u32 << 20);
+        // Rounding: 0.005 MB/s on the average, half a unit in the sixth
+        // decimal of the rate.
+        let slack = 0.006 + r[0] * 0.5e-6 * 1e6 / f64::from(1u32 << 20) + expect * 0.01;
+        assert!(
+            (r[3] - expect).abs() <= slack,
+            "{what}: row {r:?} has {} MB/s, its rate says {expect:.3}\n{out}",
+            r[3]
+        );
     }
     rows[0][3]
 }
@@ -208,6 +222,28 @@ fn assert_lat(out: &str, what: &str, sizes: usize) {
 
 /// perftest's `-a`: every power of two from 2 bytes to 8 MiB.
 const ALL_SIZES: usize = 23;
+
+/// An `ib_read_bw -a` table from a loaded 2-core machine: the small sizes'
+/// averages print as 0.00 while their rates show the reads happened.
+const SLOW_TABLE: &str = " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]
+ 2          20               0.01               0.00   \t\t   0.002552
+ 4          20               0.02               0.01   \t\t   0.001545
+ 4096       20               8.01               7.51   \t\t   0.001923
+ 131072     20               708.57             646.59 \t\t   0.005173
+ 8388608    20               526.17             526.17 \t\t   0.000066
+---------------------------------------------------------------------------------------
+";
+
+#[test]
+fn bandwidth_rows_are_checked_by_their_rate() {
+    assert_eq!(assert_bw(SLOW_TABLE, "slow table", 5), 0.0);
+    // An average the rate does not account for is caught.
+    let forged = SLOW_TABLE.replace("646.59", "64.59");
+    let caught = std::panic::catch_unwind(|| assert_bw(&forged, "forged", 5));
+    assert!(caught.is_err(), "a 10x wrong average passed");
+    let silent = SLOW_TABLE.replace("0.001923", "0.000000");
+    assert!(std::panic::catch_unwind(|| assert_bw(&silent, "silent", 5)).is_err(), "a zero rate passed");
+}
 
 #[test]
 fn ibv_devinfo_sees_a_rocev2_port() {
