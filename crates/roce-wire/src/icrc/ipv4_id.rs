@@ -204,22 +204,48 @@ impl Ipv4IdIcrc {
     }
 }
 
-/// A few [`Ipv4IdIcrc`]s by transport length, direct-mapped, so a receiver
-/// pays for powers of x once per packet length in use (a transfer has two
-/// or three: full segments, its last segment, ACKs). No allocation.
+/// A few [`Ipv4IdIcrc`]s by transport length, so a receiver pays for
+/// powers of x once per packet length in use (a transfer has two or
+/// three: full segments, its first or last segment, ACKs). Any slot holds
+/// any length, the oldest replaced: lengths in use together often agree
+/// modulo a power of two (a WRITE's first packet, 4,124 bytes with its
+/// RETH, and its middle ones, 4,108; a 16-byte response SEND, 28), and a
+/// slot chosen by the length would make them evict each other once per
+/// message. No allocation.
 #[derive(Debug, Clone, Default)]
 pub struct Ipv4IdCache {
     slots: [Option<Ipv4IdIcrc>; 8],
+    /// The slot the next new length takes.
+    next: usize,
 }
 
 impl Ipv4IdCache {
     /// The solver for `transport_len`, made on first use.
     pub fn get(&mut self, transport_len: usize) -> &Ipv4IdIcrc {
-        let slot = &mut self.slots[transport_len % 8];
-        if slot.as_ref().is_none_or(|s| s.transport_len != transport_len) {
-            *slot = Some(Ipv4IdIcrc::new(transport_len));
-        }
-        slot.as_ref().expect("filled above")
+        let at = match self
+            .slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.transport_len == transport_len))
+        {
+            Some(i) => i,
+            None => {
+                let i = self.next;
+                self.next = (i + 1) % self.slots.len();
+                self.slots[i] = Some(Ipv4IdIcrc::new(transport_len));
+                i
+            }
+        };
+        self.slots[at].as_ref().expect("found or filled above")
+    }
+
+    /// How many solvers are held.
+    pub fn len(&self) -> usize {
+        self.slots.iter().flatten().count()
+    }
+
+    /// Whether no solver is held yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -254,6 +280,26 @@ mod tests {
         for len in [12, 20, 1036, 12, 4108, 1036 + 8 * 100] {
             assert_eq!(*c.get(len), Ipv4IdIcrc::new(len));
         }
+    }
+
+    /// A WRITE's first and middle packets and a 16-byte SEND agree
+    /// modulo 8 and 16: used in turn, each is made once.
+    #[test]
+    fn cache_keeps_lengths_that_agree_modulo_a_power_of_two() {
+        let mut c = Ipv4IdCache::default();
+        for _ in 0..4 {
+            for len in [4124, 4108, 4108, 28] {
+                assert_eq!(c.get(len).transport_len(), len);
+            }
+        }
+        assert_eq!((c.len(), c.next), (3, 3), "a length was made twice");
+        // Past eight lengths the oldest goes first.
+        for len in 100..106 {
+            c.get(len);
+        }
+        assert_eq!(c.len(), 8);
+        assert!(c.slots.iter().flatten().all(|s| s.transport_len() != 4124));
+        assert!(c.slots.iter().flatten().any(|s| s.transport_len() == 28));
     }
 
     #[test]
