@@ -34,6 +34,13 @@ pub trait Backend: Send + Sync {
     }
     /// What the namespace is, for logs (`/path/disk.img`, `memory`).
     fn describe(&self) -> String;
+    /// True where a read or write is a copy in memory that never waits for
+    /// a disk: the target then serves commands straight in the registered
+    /// data slot, holding the device while it copies (a file's read could
+    /// wait for the disk, and the driver thread with it).
+    fn never_blocks(&self) -> bool {
+        false
+    }
 }
 
 /// A regular file or a block device, read and written in place.
@@ -117,6 +124,9 @@ impl Backend for MemBackend {
         let r = range(b.len(), offset, buf.len())?;
         b[r].copy_from_slice(buf);
         Ok(())
+    }
+    fn never_blocks(&self) -> bool {
+        true
     }
     fn flush(&self) -> io::Result<()> {
         Ok(())

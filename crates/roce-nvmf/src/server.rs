@@ -108,6 +108,10 @@ struct QueueConn {
     data_mr: Mr,
     capsule_len: usize,
     buffer_len: usize,
+    /// Commands run on their registered data slot, not on a scratch
+    /// buffer copied to or from it (every namespace in memory: see
+    /// `Backend::never_blocks`).
+    in_place: bool,
     /// Data slots not in use (one per command the host may have out).
     free: Vec<usize>,
     pending: Vec<Option<Pending>>,
@@ -145,6 +149,7 @@ impl QueueConn {
         };
         let conn = l.accept_request(id, req, qp, &opts, Some(ESTABLISH_TIMEOUT))?;
         Ok(QueueConn {
+            in_place: queue.never_blocks(),
             conn,
             queue,
             recv_mr,
@@ -239,15 +244,12 @@ impl QueueConn {
                     self.waiting.push_back(capsule);
                     return Ok(());
                 };
-                let step = self.queue.command(now, &capsule, scratch);
+                let step = self.command(d, now, &capsule, scratch)?;
                 self.step(d, capsule, step, scratch)
             }
             WR_READ => {
                 let p = self.pending[slot].take().ok_or("a READ completed for no command".to_string())?;
-                self.data_mr
-                    .read(slot * self.buffer_len, &mut scratch[..p.len])
-                    .map_err(|e| format!("data slot: {e}"))?;
-                let step = self.queue.data_in(now, &p.capsule, &scratch[..p.len]);
+                let step = self.data_in(slot, now, &p, scratch)?;
                 self.step(slot, p.capsule, step, scratch)
             }
             WR_SEND => {
@@ -263,10 +265,37 @@ impl QueueConn {
         while !self.waiting.is_empty() {
             let Some(d) = self.free.pop() else { break };
             let capsule = self.waiting.pop_front().expect("not empty");
-            let step = self.queue.command(now, &capsule, scratch);
+            let step = self.command(d, now, &capsule, scratch)?;
             self.step(d, capsule, step, scratch)?;
         }
         Ok(())
+    }
+
+    /// Runs a received command with slot `d` as its data buffer: the
+    /// registered slot itself when `in_place` (a read's blocks copied once,
+    /// from the namespace to where the WRITE sends them from), else
+    /// `scratch`, which `step` copies to the slot.
+    fn command(&mut self, d: usize, now: u64, capsule: &[u8], scratch: &mut [u8]) -> Result<Step, String> {
+        if !self.in_place {
+            return Ok(self.queue.command(now, capsule, scratch));
+        }
+        let (mr, queue) = (&self.data_mr, &mut self.queue);
+        mr.with_bytes_mut(d * self.buffer_len, self.buffer_len, |slot| queue.command(now, capsule, slot))
+            .map_err(|e| format!("data slot: {e}"))
+    }
+
+    /// Runs a command whose data an RDMA READ brought into slot `d`: read
+    /// in place when `in_place`, else through `scratch`.
+    fn data_in(&mut self, d: usize, now: u64, p: &Pending, scratch: &mut [u8]) -> Result<Step, String> {
+        let at = d * self.buffer_len;
+        if self.in_place {
+            let (mr, queue) = (&self.data_mr, &mut self.queue);
+            return mr
+                .with_bytes(at, p.len, |data| queue.data_in(now, &p.capsule, data))
+                .map_err(|e| format!("data slot: {e}"));
+        }
+        self.data_mr.read(at, &mut scratch[..p.len]).map_err(|e| format!("data slot: {e}"))?;
+        Ok(self.queue.data_in(now, &p.capsule, &scratch[..p.len]))
     }
 
     fn step(&mut self, d: usize, capsule: Vec<u8>, step: Step, scratch: &[u8]) -> Result<(), String> {
@@ -284,9 +313,11 @@ impl QueueConn {
             }
             Step::Deliver { addr, key, len, response } => {
                 if len > 0 {
-                    self.data_mr
-                        .write(at as usize, &scratch[..len as usize])
-                        .map_err(|e| format!("data slot: {e}"))?;
+                    if !self.in_place {
+                        self.data_mr
+                            .write(at as usize, &scratch[..len as usize])
+                            .map_err(|e| format!("data slot: {e}"))?;
+                    }
                     let mut wr = SendWr::new(
                         WR_WRITE | d as u64,
                         SendOp::Write { remote_addr: addr, rkey: key },

@@ -5,8 +5,10 @@
 //! and reconnect; the submit/poll path at queue depth on two I/O queues
 //! with a keep-alive that holds the controller; and a controller that
 //! answers wrongly (a CID not outstanding, a short response), which the
-//! host reports as a protocol error. Each test has addresses of its own
-//! (the tests of one binary run at once).
+//! host reports as a protocol error; a file namespace, whose commands the
+//! target runs on a scratch buffer rather than on the registered slot.
+//! Each test has addresses of its own (the tests of one binary run at
+//! once).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -21,7 +23,7 @@ use roce::{
     Sge, Wc,
 };
 use roce_nvmf::initiator::{discover, pattern, sqe, Controller, Done, HostError, HostOptions, IoQueue};
-use roce_nvmf::namespace::MemBackend;
+use roce_nvmf::namespace::{Backend, FileBackend, MemBackend};
 use roce_nvmf::server::{serve, Log};
 use roce_nvmf::target::{Namespace, SubsystemConfig, Target, TargetConfig};
 use roce_nvmf::wire::fabrics::RepPrivate;
@@ -33,7 +35,7 @@ const NQN: &str = "nqn.2026-11.io.roce:loopback";
 /// `ip`, RDMA CM port 4420, until the flag is set.
 fn start_target(
     ip: &str,
-    mem: Arc<MemBackend>,
+    mem: Arc<dyn Backend>,
 ) -> (Arc<Target>, Arc<AtomicBool>, JoinHandle<roce::Result<()>>) {
     let cfg = TargetConfig {
         subsystems: vec![SubsystemConfig {
@@ -128,6 +130,49 @@ fn our_initiator_against_our_target() {
     let s = target.stats();
     assert!(s.writes >= 8 && s.reads >= 9, "{s:?}");
     assert_eq!(s.connects_refused, 1, "{s:?}");
+}
+
+/// A file namespace: reads and writes of 4 KiB to 1 MiB land in the file
+/// and come back, through the target's scratch buffer (a file's read may
+/// wait for the disk, so it is not run on the registered slot while the
+/// device is held), and a memory namespace's target is the one that serves
+/// in place.
+#[test]
+fn a_file_namespace_is_served_through_a_scratch_buffer() {
+    let path = std::env::temp_dir().join(format!("roce-nvmf-loopback-{}.img", std::process::id()));
+    let file = Arc::new(FileBackend::create(&path, 8 << 20).unwrap());
+    let (target, stop, server) = start_target("127.0.0.26", file.clone());
+    assert!(!target.never_blocks(), "a file namespace served in place");
+    assert!(Target::new(TargetConfig {
+        subsystems: vec![SubsystemConfig {
+            nqn: NQN.into(),
+            allowed_hosts: Vec::new(),
+            namespaces: vec![Namespace::new(Arc::new(MemBackend::new(1 << 20)), 4096)],
+        }],
+        ..TargetConfig::default()
+    })
+    .unwrap()
+    .never_blocks());
+    let hdev = Device::open(DeviceConfig::new("127.0.0.27:4791".parse().unwrap())).unwrap();
+    let o = HostOptions::new(NQN);
+    let mut c = once_listening(|| Controller::connect(&hdev, "127.0.0.26:4420".parse().unwrap(), &o));
+    for (i, blocks) in [1u32, 8, 32, 256].into_iter().enumerate() {
+        let lba = 300 * i as u64;
+        let data = pattern(blocks as usize * 4096, i as u64 + 1);
+        c.write(1, 4096, lba, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        c.read(1, 4096, lba, &mut back).unwrap();
+        assert!(back == data, "{blocks} blocks at {lba}: read back differs");
+        let mut on_disk = vec![0u8; data.len()];
+        file.read_at(lba * 4096, &mut on_disk).unwrap();
+        assert!(on_disk == data, "{blocks} blocks at {lba}: the file does not hold them");
+    }
+    c.disconnect().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    server.join().unwrap().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let s = target.stats();
+    assert!(s.writes >= 4 && s.reads >= 4, "{s:?}");
 }
 
 /// Submits a one-block Read or Write of `lba` from a free slot of `q`

@@ -98,6 +98,11 @@ impl Target {
         &self.cfg
     }
 
+    /// Whether every namespace's back-end [never blocks](crate::namespace::Backend::never_blocks).
+    pub fn never_blocks(&self) -> bool {
+        self.cfg.subsystems.iter().flat_map(|s| &s.namespaces).all(|ns| ns.backend.never_blocks())
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A queue that panicked mid-command leaves counters at worst.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -90,6 +90,13 @@ impl Queue {
         SQE_LEN + if self.st.qid == 0 { 0 } else { self.st.target.cfg.in_capsule as usize }
     }
 
+    /// Whether no command of this queue can wait for a disk (every
+    /// namespace in memory): [`Queue::command`] and [`Queue::data_in`] may
+    /// then run on the registered data slot itself.
+    pub fn never_blocks(&self) -> bool {
+        self.st.target.never_blocks()
+    }
+
     /// Bytes a command's data buffer must hold.
     pub fn buffer_len(&self) -> usize {
         self.st.target.cfg.max_transfer as usize
