@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use roce::cm::{AcceptOpts, CmEvent, Connection, Listener, ReqInfo};
 use roce::{alloc_buffer, Access, Device, Mr, Qp, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 
+use crate::rdma::Spin;
 use crate::target::{Queue, Response, Step, Target};
 use crate::wire::fabrics::{rej_private, rej_status, RepPrivate, ReqPrivate};
 
@@ -112,6 +113,7 @@ struct QueueConn {
     /// buffer copied to or from it (every namespace in memory: see
     /// `Backend::never_blocks`).
     in_place: bool,
+    spin: Spin,
     /// Data slots not in use (one per command the host may have out).
     free: Vec<usize>,
     pending: Vec<Option<Pending>>,
@@ -150,6 +152,7 @@ impl QueueConn {
         let conn = l.accept_request(id, req, qp, &opts, Some(ESTABLISH_TIMEOUT))?;
         Ok(QueueConn {
             in_place: queue.never_blocks(),
+            spin: Spin::default(),
             conn,
             queue,
             recv_mr,
@@ -192,13 +195,8 @@ impl QueueConn {
             }
             // With responses outstanding the thread spins a little first.
             let busy = || self.free.len() < self.pending.len();
-            let n = match crate::rdma::next_completions(
-                self.qp().recv_cq(),
-                self.qp().qpn(),
-                busy,
-                &mut wcs,
-                TICK,
-            ) {
+            let qp = self.conn.qp();
+            let n = match self.spin.next_completions(qp.recv_cq(), qp.qpn(), busy, &mut wcs, TICK) {
                 Ok(n) => n,
                 Err(e) => break format!("the completion queue failed: {e}"),
             };

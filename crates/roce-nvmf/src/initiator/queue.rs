@@ -36,6 +36,7 @@ pub struct HostQueue {
     /// Submission time of each slot's command (its CID is the slot).
     busy: Vec<Option<Instant>>,
     free: Vec<u16>,
+    spin: crate::rdma::Spin,
 }
 
 impl HostQueue {
@@ -88,6 +89,7 @@ impl HostQueue {
             slot_len,
             busy: vec![None; n],
             free: (0..depth).rev().collect(),
+            spin: crate::rdma::Spin::default(),
         })
     }
 
@@ -154,8 +156,8 @@ impl HostQueue {
     pub fn poll(&mut self, wait: Duration, out: &mut Vec<Done>) -> Result<(), HostError> {
         let mut wcs = [Wc::EMPTY; 32];
         let qp = self.conn.qp();
-        let n =
-            crate::rdma::next_completions(qp.recv_cq(), qp.qpn(), || self.outstanding() > 0, &mut wcs, wait)?;
+        let outstanding = usize::from(self.depth) - self.free.len();
+        let n = self.spin.next_completions(qp.recv_cq(), qp.qpn(), || outstanding > 0, &mut wcs, wait)?;
         for wc in &wcs[..n] {
             if wc.status != roce::WcStatus::Success {
                 return Err(HostError::Protocol(format!(
