@@ -20,7 +20,7 @@ nqn=nqn.2026-11.io.roce:floor
 cargo build --quiet --release -p roce-cli
 R=$PWD/target/release/roce
 
-"$LAB" status 2>/dev/null | grep -q '^up' || "$LAB" up >/dev/null
+"$LAB" status >/dev/null 2>&1 || "$LAB" up >/dev/null
 log=/tmp/roce-nvmf-floor-target.log
 setsid ip netns exec rxelab "$R" nvmf target --nqn "$nqn" --namespace mem:256M --addr 10.47.0.3 >"$log" 2>&1 &
 tpid=$!
