@@ -194,6 +194,9 @@ struct Run {
     last_activity: u64,
     work: Work,
     src: Src,
+    /// Element ranges of an out-of-place all-reduce's result no receive
+    /// writes, copied from the source when the call completes.
+    copy_at_end: Vec<(usize, usize)>,
     header: Header,
 }
 
@@ -340,8 +343,20 @@ impl Engine {
         let es = desc.dtype.size();
         let cb = desc.count * es;
         let (mut work, mut src) = (Work::User, Src::UserSend);
+        let mut sched = if desc.count == 0 && desc.op != OpKind::Barrier {
+            Schedule::default()
+        } else {
+            schedule::build(&desc, rank, n)
+        };
+        // Ranges of the working buffer left to copy from the source at the
+        // end (out-of-place all-reduce, which reads the source until a
+        // range is written instead of copying it all up front).
+        let mut copy_at_end = Vec::new();
         match (desc.op, &mut *bufs) {
-            (OpKind::AllReduce, Buffers::OutOfPlace { send, recv }) => recv.copy_from_slice(send),
+            (OpKind::AllReduce, Buffers::OutOfPlace { send, recv }) => match sched.source_first(desc.count) {
+                Some(gaps) => copy_at_end = gaps,
+                None => recv.copy_from_slice(send),
+            },
             (OpKind::ReduceScatter, Buffers::OutOfPlace { send, .. }) => {
                 self.scratch.clear();
                 self.scratch.extend_from_slice(send);
@@ -376,11 +391,6 @@ impl Engine {
             _ => {}
         }
         let seq = self.seq;
-        let sched = if desc.count == 0 && desc.op != OpKind::Barrier {
-            Schedule::default()
-        } else {
-            schedule::build(&desc, rank, n)
-        };
         let work_elems = match work {
             Work::Scratch => self.scratch.len() / es,
             Work::User => match bufs {
@@ -427,6 +437,7 @@ impl Engine {
             last_activity: now,
             work,
             src,
+            copy_at_end,
         });
         // messages of this call that arrived during the previous one
         let stash = std::mem::take(&mut self.stash);
@@ -504,7 +515,7 @@ impl Engine {
                     self.completion(t, *c)?;
                 }
                 self.comps = comps;
-                moved |= self.apply(t, work)?;
+                moved |= self.apply(t, work, src)?;
                 moved |= self.post(t, work, src)?;
                 if !moved {
                     break;
@@ -520,7 +531,13 @@ impl Engine {
                 (Buffers::OutOfPlace { recv, .. }, Work::Scratch) => {
                     finish(&run, n, rank, scratch, Some(recv))
                 }
-                (Buffers::OutOfPlace { recv, .. }, Work::User) => finish(&run, n, rank, recv, None),
+                (Buffers::OutOfPlace { send, recv }, Work::User) => {
+                    let es = run.desc.dtype.size();
+                    for &(lo, hi) in &run.copy_at_end {
+                        recv[lo * es..hi * es].copy_from_slice(&send[lo * es..hi * es]);
+                    }
+                    finish(&run, n, rank, recv, None)
+                }
                 (Buffers::InPlace(b), Work::User) => finish(&run, n, rank, b, None),
                 (Buffers::InPlace(_), Work::Scratch) => finish(&run, n, rank, scratch, None),
             }
@@ -645,7 +662,7 @@ impl Engine {
     }
 
     /// Applies the arrived messages whose dependencies are done.
-    fn apply<T: Transport>(&mut self, t: &mut T, work: &mut [u8]) -> Result<bool, Error> {
+    fn apply<T: Transport>(&mut self, t: &mut T, work: &mut [u8], src: &[u8]) -> Result<bool, Error> {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
@@ -662,6 +679,12 @@ impl Engine {
                     continue;
                 }
                 let dst = &mut work[lo * es..hi * es];
+                if xf.init_from_src {
+                    // the working buffer's first write here: its left
+                    // operand is still the source's (a chunk-sized copy,
+                    // in cache for the reduce that follows)
+                    dst.copy_from_slice(&src[lo * es..hi * es]);
+                }
                 let (dtype, redop) = (run.desc.dtype, run.desc.redop);
                 // straight out of the receive slot: no copy before the reduce
                 t.read_slot(peer, a.ch, a.slot, &mut |b| {

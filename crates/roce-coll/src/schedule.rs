@@ -28,6 +28,10 @@ pub(crate) struct Xfer {
     pub from_src: bool,
     /// A receive that reduces into the working buffer (else it copies).
     pub reduce: bool,
+    /// A reducing receive into a range of the working buffer nothing has
+    /// written yet (see [`Schedule::source_first`]): its left operand is
+    /// the source buffer's range, not the working buffer's.
+    pub init_from_src: bool,
     pub off: usize,
     pub len: usize,
 }
@@ -43,15 +47,115 @@ pub(crate) struct Schedule {
 
 impl Schedule {
     fn send(&mut self, step: u32, peer: usize, off: usize, len: usize) {
-        self.xfers.push(Xfer { step, peer, send: true, from_src: false, reduce: false, off, len });
+        self.xfers.push(Xfer {
+            step,
+            peer,
+            send: true,
+            from_src: false,
+            reduce: false,
+            init_from_src: false,
+            off,
+            len,
+        });
     }
     fn recv(&mut self, step: u32, peer: usize, off: usize, len: usize, reduce: bool) {
-        self.xfers.push(Xfer { step, peer, send: false, from_src: false, reduce, off, len });
+        self.xfers.push(Xfer {
+            step,
+            peer,
+            send: false,
+            from_src: false,
+            reduce,
+            init_from_src: false,
+            off,
+            len,
+        });
     }
+    /// For an out-of-place call whose working buffer starts as a copy of
+    /// the source (all-reduce): rewrites the schedule to read the source
+    /// wherever the working buffer has not been written yet, so that the
+    /// copy is not made up front. A send of an unwritten range reads the
+    /// source (`from_src`); a reducing receive into an unwritten range
+    /// takes its left operand from the source (`init_from_src`); a copying
+    /// receive needs nothing. Returns the ranges (in elements) no receive
+    /// writes, which the caller copies from the source at the end; `None`,
+    /// with the schedule unchanged, if some transfer covers written and
+    /// unwritten elements at once (no builder makes one; the caller then
+    /// copies up front). Sends of a step see the buffer as it was before
+    /// the step's receives, as the executor runs them.
+    pub(crate) fn source_first(&mut self, work_len: usize) -> Option<Vec<(usize, usize)>> {
+        let mut written = Written::default();
+        let mut out = self.xfers.clone();
+        let mut i = 0;
+        while i < out.len() {
+            let mut j = i;
+            while j < out.len() && out[j].step == out[i].step {
+                j += 1;
+            }
+            for pass_sends in [true, false] {
+                for x in out[i..j].iter_mut().filter(|x| x.send == pass_sends && x.len > 0) {
+                    let (lo, hi) = (x.off, x.off + x.len);
+                    match written.covered(lo, hi) {
+                        0 if x.send => x.from_src = true,
+                        0 => x.init_from_src = x.reduce,
+                        c if c == hi - lo => {}
+                        _ => return None,
+                    }
+                    if !x.send {
+                        written.add(lo, hi);
+                    }
+                }
+            }
+            i = j;
+        }
+        self.xfers = out;
+        Some(written.gaps(work_len))
+    }
+
     fn sort(mut self) -> Schedule {
         // stable: keeps the builder's order within a step
         self.xfers.sort_by_key(|x| x.step);
         self
+    }
+}
+
+/// The ranges of a working buffer written so far: sorted, disjoint, not
+/// touching.
+#[derive(Debug, Default)]
+struct Written(Vec<(usize, usize)>);
+
+impl Written {
+    /// How many elements of `[lo, hi)` are written.
+    fn covered(&self, lo: usize, hi: usize) -> usize {
+        self.0.iter().map(|&(a, b)| b.min(hi).saturating_sub(a.max(lo))).sum()
+    }
+
+    fn add(&mut self, lo: usize, hi: usize) {
+        self.0.push((lo, hi));
+        self.0.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.0.len());
+        for &(a, b) in &self.0 {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        self.0 = merged;
+    }
+
+    /// The ranges of `[0, len)` not written.
+    fn gaps(&self, len: usize) -> Vec<(usize, usize)> {
+        let mut gaps = Vec::new();
+        let mut at = 0;
+        for &(a, b) in &self.0 {
+            if a > at {
+                gaps.push((at, a.min(len)));
+            }
+            at = at.max(b);
+        }
+        if at < len {
+            gaps.push((at, len));
+        }
+        gaps
     }
 }
 
@@ -123,6 +227,7 @@ pub(crate) fn build(desc: &OpDesc, rank: usize, n: usize) -> Schedule {
                     send: true,
                     from_src: true,
                     reduce: false,
+                    init_from_src: false,
                     off: to * c,
                     len: c,
                 });
@@ -357,6 +462,73 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Every all-reduce algorithm, every rank, n = 1..17 and counts with
+    /// empty and uneven blocks: the rewrite applies (no transfer straddles
+    /// written and unwritten elements), every element is written by some
+    /// receive except on one rank or with nothing to do, the first
+    /// touches read the source and nothing else changes.
+    #[test]
+    fn all_reduce_reads_the_source_until_written() {
+        for n in 1..=17 {
+            for algo in Algo::candidates(OpKind::AllReduce) {
+                for count in [0, 1, n - 1, 2 * n + 3, 97] {
+                    let d = OpDesc {
+                        op: OpKind::AllReduce,
+                        dtype: DataType::F32,
+                        redop: RedOp::Sum,
+                        count,
+                        root: 0,
+                        algo,
+                    };
+                    for r in 0..n {
+                        let before = build(&d, r, n);
+                        let mut after = before.clone();
+                        let gaps = after
+                            .source_first(count)
+                            .unwrap_or_else(|| panic!("{algo} n={n} r={r} count={count}"));
+                        let all = if n == 1 || count == 0 { vec![(0, count)] } else { Vec::new() };
+                        let all: Vec<_> = all.into_iter().filter(|&(a, b)| b > a).collect();
+                        assert_eq!(gaps, all, "{algo} n={n} r={r} count={count}");
+                        let (mut sends, mut inits) = (0, 0);
+                        for (x, y) in before.xfers.iter().zip(&after.xfers) {
+                            let plain = Xfer { from_src: x.from_src, init_from_src: false, ..*y };
+                            assert_eq!(*x, plain, "only the two flags change");
+                            sends += usize::from(y.from_src);
+                            inits += usize::from(y.init_from_src);
+                            assert!(!y.init_from_src || (y.reduce && !y.send));
+                        }
+                        // Whatever touches a rank's buffer first (a send,
+                        // or the fold's reduce in Rabenseifner's odd
+                        // ranks) reads the source.
+                        if n > 1 && count >= n {
+                            assert!(sends + inits > 0, "{algo} n={n} r={r} count={count}");
+                        }
+                        let reduces = before.xfers.iter().any(|x| x.reduce && x.len > 0);
+                        assert!(inits > 0 || !reduces || count == 0, "{algo} n={n} r={r} count={count}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A transfer over written and unwritten elements at once is refused,
+    /// the schedule left as it was; ranges no receive writes are returned.
+    #[test]
+    fn source_first_refuses_a_straddling_transfer() {
+        let mut s = Schedule::default();
+        s.recv(0, 1, 0, 4, true);
+        s.send(1, 1, 2, 4);
+        let before = s.xfers.clone();
+        assert_eq!(s.source_first(10), None);
+        assert_eq!(s.xfers, before);
+        let mut s = Schedule::default();
+        s.send(0, 1, 0, 4);
+        s.recv(0, 1, 0, 4, true);
+        s.recv(1, 1, 6, 2, false);
+        assert_eq!(s.source_first(10), Some(vec![(4, 6), (8, 10)]));
+        assert!(s.xfers[0].from_src && s.xfers[1].init_from_src && !s.xfers[2].init_from_src);
     }
 
     /// The pairing rule: what `a` sends `b` matches, in order and length,
