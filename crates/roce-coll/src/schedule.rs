@@ -435,6 +435,11 @@ mod tests {
     use super::*;
     use crate::types::{DataType, RedOp};
 
+    /// A float sum of `count` elements.
+    fn f32_sum(op: OpKind, algo: Algo, count: usize, root: usize) -> OpDesc {
+        OpDesc { op, dtype: DataType::F32, redop: RedOp::Sum, count, root, algo }
+    }
+
     /// On two ranks ring and Rabenseifner all-reduce are the same
     /// exchange (send the other half, reduce ours, send ours back, take
     /// theirs): transfer for transfer, only the step numbers differ. So a
@@ -444,14 +449,7 @@ mod tests {
     fn ring_and_rabenseifner_are_one_schedule_on_two_ranks() {
         for count in [1, 37, 1 << 20] {
             for r in 0..2 {
-                let d = |algo| OpDesc {
-                    op: OpKind::AllReduce,
-                    dtype: DataType::F32,
-                    redop: RedOp::Sum,
-                    count,
-                    root: 0,
-                    algo,
-                };
+                let d = |algo| f32_sum(OpKind::AllReduce, algo, count, 0);
                 let strip = |s: Schedule| -> Vec<Xfer> {
                     s.xfers.into_iter().map(|x| Xfer { step: 0, ..x }).collect()
                 };
@@ -474,14 +472,7 @@ mod tests {
         for n in 1..=17 {
             for algo in Algo::candidates(OpKind::AllReduce) {
                 for count in [0, 1, n - 1, 2 * n + 3, 97] {
-                    let d = OpDesc {
-                        op: OpKind::AllReduce,
-                        dtype: DataType::F32,
-                        redop: RedOp::Sum,
-                        count,
-                        root: 0,
-                        algo,
-                    };
+                    let d = f32_sum(OpKind::AllReduce, algo, count, 0);
                     for r in 0..n {
                         let before = build(&d, r, n);
                         let mut after = before.clone();
@@ -539,7 +530,7 @@ mod tests {
             for op in OpKind::ALL {
                 for algo in Algo::candidates(op) {
                     for root in [0, n / 2, n - 1] {
-                        let d = OpDesc { op, dtype: DataType::F32, redop: RedOp::Sum, count: 37, root, algo };
+                        let d = f32_sum(op, algo, 37, root);
                         let sch: Vec<Schedule> = (0..n).map(|r| build(&d, r, n)).collect();
                         for a in 0..n {
                             for b in 0..n {
