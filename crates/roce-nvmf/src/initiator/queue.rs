@@ -156,7 +156,7 @@ impl HostQueue {
     pub fn poll(&mut self, wait: Duration, out: &mut Vec<Done>) -> Result<(), HostError> {
         let mut wcs = [Wc::EMPTY; 32];
         let qp = self.conn.qp();
-        let outstanding = usize::from(self.depth) - self.free.len();
+        let outstanding = self.outstanding();
         let n = self.spin.next_completions(qp.recv_cq(), qp.qpn(), || outstanding > 0, &mut wcs, wait)?;
         for wc in &wcs[..n] {
             if wc.status != roce::WcStatus::Success {
