@@ -152,3 +152,27 @@ fn atomics_follow_the_address_alignment() {
         assert!(buf.load_u64(17).is_err(), "past the end");
     }
 }
+
+/// A PD is freed only when no region is in it (ibverbs: `ibv_dealloc_pd`
+/// fails with EBUSY while resources use it): each PD counts its own
+/// regions, however many PDs and regions the device holds.
+#[test]
+fn a_pd_with_regions_is_not_freed() {
+    let (mut e, a) = engine(1);
+    let b = e.alloc_pd();
+    let buf = MemBuf::new(4096);
+    let a1 = e.reg_mr(a, spec(&buf)).unwrap();
+    let a2 = e.reg_mr(a, spec(&buf)).unwrap();
+    let b1 = e.reg_mr(b, spec(&buf)).unwrap();
+    assert_eq!(e.dealloc_pd(a), Err(VerbsError::InUse(Object::Pd)));
+    e.dereg_mr(a1.lkey).unwrap();
+    assert_eq!(e.dealloc_pd(a), Err(VerbsError::InUse(Object::Pd)));
+    // A failed deregistration changes no count.
+    assert!(e.dereg_mr(a1.lkey).is_err());
+    e.dereg_mr(a2.lkey).unwrap();
+    assert_eq!(e.dealloc_pd(b), Err(VerbsError::InUse(Object::Pd)));
+    e.dealloc_pd(a).unwrap();
+    e.dereg_mr(b1.lkey).unwrap();
+    e.dealloc_pd(b).unwrap();
+    assert_eq!(e.dealloc_pd(b), Err(VerbsError::NotFound(Object::Pd)));
+}
