@@ -73,6 +73,9 @@ pub(crate) struct Core {
     /// Bytes each connected QP's peer can have in flight towards us (its
     /// send window), by QPN.
     qp_in_flight: std::collections::HashMap<u32, u64>,
+    /// The sum of `qp_in_flight`, kept with it: each QP's connect asks
+    /// it, and a sum over every QP made connecting N QPs O(N^2).
+    qp_in_flight_total: u64,
     /// The longest RDMA READ posted so far, bytes.
     largest_read: u64,
     /// Which event channel each CM identifier reports to.
@@ -386,6 +389,7 @@ impl Core {
             socket_watched: false,
             inject_panic: None,
             qp_in_flight: std::collections::HashMap::new(),
+            qp_in_flight_total: 0,
             largest_read: 0,
             cm_router: Default::default(),
         }
@@ -401,10 +405,12 @@ impl Core {
             Some((mtu, window)) => {
                 // BTH + RETH + ICRC, the most a request packet adds to its payload.
                 let per_packet = (mtu + 12 + 16 + 4) as u64;
-                self.qp_in_flight.insert(qpn, per_packet * u64::from(window));
+                let bytes = per_packet * u64::from(window);
+                let old = self.qp_in_flight.insert(qpn, bytes).unwrap_or(0);
+                self.qp_in_flight_total = self.qp_in_flight_total - old + bytes;
             }
             None => {
-                self.qp_in_flight.remove(&qpn);
+                self.qp_in_flight_total -= self.qp_in_flight.remove(&qpn).unwrap_or(0);
             }
         }
         self.check_socket_buffer();
@@ -427,7 +433,7 @@ impl Core {
     /// is kept in `DriverStats::socket_buffer_warning` and printed to
     /// stderr, as the library's other warnings are.
     fn check_socket_buffer(&mut self) {
-        let need = self.qp_in_flight.values().sum::<u64>() + self.largest_read;
+        let need = self.qp_in_flight_total + self.largest_read;
         self.stats.rx_in_flight_max = need;
         let b = self.stats.socket_buffers;
         if self.stats.socket_buffer_warning.is_some() || need <= b.recv_room() as u64 {
@@ -932,5 +938,28 @@ mod tests {
         assert_eq!(s.timerfd_failures, 2);
         let why = s.timer_fallback.expect("kept");
         assert!(why.starts_with("arming the timerfd: ") && why.contains("os error 22"), "{why}");
+    }
+
+    /// What the QPs can have in flight towards the device follows each
+    /// QP's connect, change and end (kept as a running sum), and the
+    /// largest READ adds to it.
+    #[test]
+    fn the_bytes_in_flight_follow_each_qp() {
+        let (mut core, _, _) = core_towards("127.0.0.1:9".parse().unwrap());
+        let in_flight = |c: &mut Core| c.stats().rx_in_flight_max;
+        let window = |mtu: u64, w: u64| (mtu + 32) * w;
+        core.note_qp(1, Some((4096, 16)));
+        core.note_qp(2, Some((1024, 8)));
+        assert_eq!(in_flight(&mut core), window(4096, 16) + window(1024, 8));
+        core.note_qp(1, Some((1024, 4)));
+        assert_eq!(in_flight(&mut core), window(1024, 4) + window(1024, 8));
+        core.note_qp(2, None);
+        core.note_qp(2, None);
+        core.note_qp(3, None);
+        assert_eq!(in_flight(&mut core), window(1024, 4));
+        core.note_read(1 << 20);
+        assert_eq!(in_flight(&mut core), window(1024, 4) + (1 << 20));
+        core.note_qp(1, None);
+        assert_eq!(in_flight(&mut core), 1 << 20);
     }
 }
