@@ -224,7 +224,7 @@ impl Engine {
     /// Frees a PD; refused while MRs, QPs or SRQs use it.
     pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), VerbsError> {
         let users = *self.res.pds.get(&pd.0).ok_or(VerbsError::NotFound(Object::Pd))?;
-        if users > 0 || self.res.mrs.count_in_pd(pd) > 0 {
+        if users > 0 {
             return Err(VerbsError::InUse(Object::Pd));
         }
         self.res.pds.remove(&pd.0);
@@ -304,6 +304,7 @@ impl Engine {
                 break k;
             }
         };
+        *self.res.pds.get_mut(&pd.0).expect("checked") += 1;
         self.res.mrs.insert(Mr {
             pd,
             buf,
@@ -319,7 +320,11 @@ impl Engine {
     }
 
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), VerbsError> {
-        self.res.mrs.remove(lkey).map(|_| ()).ok_or(VerbsError::NotFound(Object::Mr))
+        let mr = self.res.mrs.remove(lkey).ok_or(VerbsError::NotFound(Object::Mr))?;
+        if let Some(u) = self.res.pds.get_mut(&mr.pd.0) {
+            *u -= 1;
+        }
+        Ok(())
     }
 
     /// Copies bytes `[offset, offset + dst.len())` of the region `lkey`

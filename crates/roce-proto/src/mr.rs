@@ -51,15 +51,11 @@ pub(crate) struct MrTable {
     engine: EngineId,
     by_lkey: BTreeMap<u32, Mr>,
     rkey_to_lkey: BTreeMap<u32, u32>,
-    /// Regions per PD, kept with the table: freeing a PD asks it, and a
-    /// scan of every region there made tearing down N PDs with a region
-    /// each O(N^2) (10,000 QPs, perftest's one PD per QP).
-    per_pd: BTreeMap<PdId, usize>,
 }
 
 impl MrTable {
     pub fn new(engine: EngineId) -> MrTable {
-        MrTable { engine, by_lkey: BTreeMap::new(), rkey_to_lkey: BTreeMap::new(), per_pd: BTreeMap::new() }
+        MrTable { engine, by_lkey: BTreeMap::new(), rkey_to_lkey: BTreeMap::new() }
     }
 
     /// Binds `buf` to this engine for a new region; fails if another engine
@@ -73,39 +69,19 @@ impl MrTable {
     }
 
     pub fn insert(&mut self, mr: Mr) {
-        *self.per_pd.entry(mr.pd).or_default() += 1;
         self.rkey_to_lkey.insert(mr.rkey, mr.lkey);
-        if let Some(old) = self.by_lkey.insert(mr.lkey, mr) {
-            // Keys are fresh (the engine checks `contains_key`); should one
-            // come back, the region it named is gone from its PD's count.
-            self.uncount(old.pd);
-        }
+        self.by_lkey.insert(mr.lkey, mr);
     }
 
     pub fn remove(&mut self, lkey: u32) -> Option<Mr> {
         let mr = self.by_lkey.remove(&lkey)?;
         self.rkey_to_lkey.remove(&mr.rkey);
-        self.uncount(mr.pd);
         Some(mr)
-    }
-
-    fn uncount(&mut self, pd: PdId) {
-        if let Some(n) = self.per_pd.get_mut(&pd) {
-            *n -= 1;
-            if *n == 0 {
-                self.per_pd.remove(&pd);
-            }
-        }
     }
 
     /// Regions registered on the device.
     pub fn len(&self) -> usize {
         self.by_lkey.len()
-    }
-
-    /// Regions in `pd`.
-    pub fn count_in_pd(&self, pd: PdId) -> usize {
-        self.per_pd.get(&pd).copied().unwrap_or(0)
     }
 
     /// The region an R_Key names, if it is valid and in `pd`.

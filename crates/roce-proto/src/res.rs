@@ -26,6 +26,7 @@ pub(crate) struct Srq {
 /// Everything a QP's roles share: memory, completion queues, counters.
 pub(crate) struct Res {
     pub cfg: EngineConfig,
+    /// The MRs, QPs and SRQs in each PD, which keep it from being freed.
     pub pds: BTreeMap<u32, usize>,
     pub mrs: MrTable,
     pub cqs: BTreeMap<u32, Cq>,
