@@ -152,6 +152,7 @@ impl Engine {
                 read_outstanding: 0,
                 read_waiters: VecDeque::new(),
                 tx_waiters: VecDeque::new(),
+                tx_reserved: 0,
                 tx_unacked: 0,
             },
             rng,
@@ -612,7 +613,11 @@ impl Engine {
     /// ended or rewound). Each tries again and waits again if the room is
     /// still too small. READ waiters all try (their requests differ in
     /// size); request waiters are taken from the front, one path MTU of
-    /// room each, so the work is in the QPs that can send.
+    /// room each, so the work is in the QPs that can send. That room is
+    /// set aside for them (`Res::tx_reserved`) until their turn: a QP that
+    /// runs first for another reason (the one whose ACK freed the room)
+    /// queues behind them instead of taking it, so the device's room goes
+    /// first come first served and a woken QP is not turned away again.
     pub(crate) fn wake_budget_waiters(&mut self) {
         let r = &self.res;
         if !r.read_waiters.is_empty() && r.read_outstanding < r.cfg.rx_budget_bytes {
@@ -626,17 +631,20 @@ impl Engine {
             self.res.read_waiters = waiters;
         }
         let r = &self.res;
+        if r.tx_waiters.is_empty() {
+            return;
+        }
         let mut room = match r.cfg.tx_budget_bytes {
-            Some(cap) if r.tx_unacked < cap => cap - r.tx_unacked,
-            Some(_) => 0,
+            Some(cap) => cap.saturating_sub(r.tx_unacked + r.tx_reserved),
             None => u64::MAX,
         };
         while room > 0 {
             let Some(qpn) = self.res.tx_waiters.pop_front() else { break };
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                qp.req.tx_budget_woken();
+                let mtu = qp.core.mtu() as u64;
+                qp.req.tx_budget_woken(&mut self.res, mtu);
                 schedule(&mut self.ready, qp);
-                room = room.saturating_sub(qp.core.mtu() as u64);
+                room = room.saturating_sub(mtu);
             }
         }
     }

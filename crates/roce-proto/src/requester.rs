@@ -60,6 +60,9 @@ pub(crate) struct Requester {
     read_wait: bool,
     /// On `Res::tx_waiters`, waiting for room under the request budget.
     tx_wait: bool,
+    /// Room under the request budget the engine set aside for this QP when
+    /// it woke it (`Res::tx_reserved`), until its next turn.
+    tx_ticket: u64,
     /// A READ request for one gap in a READ's responses, to go before
     /// anything else (the completer's selective recovery).
     gap_request: Option<GapRequest>,
@@ -150,9 +153,26 @@ impl Requester {
         self.read_wait = false;
     }
 
-    /// The engine took this QP off `Res::tx_waiters` to try again.
-    pub fn tx_budget_woken(&mut self) {
+    /// The engine took this QP off `Res::tx_waiters` to try again, with
+    /// `room` bytes set aside for it in `Res::tx_reserved`.
+    pub fn tx_budget_woken(&mut self, res: &mut Res, room: u64) {
         self.tx_wait = false;
+        self.tx_ticket += room;
+        res.tx_reserved += room;
+    }
+
+    /// Gives back the room set aside for this QP when it was woken (its
+    /// turn came, or it went away); true if it held some.
+    pub fn take_tx_ticket(&mut self, res: &mut Res) -> bool {
+        let t = std::mem::take(&mut self.tx_ticket);
+        res.tx_reserved = res.tx_reserved.saturating_sub(t);
+        t > 0
+    }
+
+    /// Whether a posted WQE has not been sent in full yet (new request
+    /// packets to come, budgets and limits allowing).
+    pub fn has_unsent(&self, q: &QpCore) -> bool {
+        self.next < q.sq_base + q.sq.len() as u64
     }
 
     /// A READ request's last response or an atomic's ACK arrived: room

@@ -48,6 +48,10 @@ pub(crate) struct Res {
     /// schedules as many from the front as ACKs freed room for, so an ACK
     /// costs work in the QPs it lets send, not in all that wait.
     pub tx_waiters: VecDeque<u32>,
+    /// Room under `cfg.tx_budget_bytes` set aside for QPs taken off
+    /// `tx_waiters` whose turn has not come yet (each QP's ticket): a QP
+    /// scheduled for another reason cannot take it from them.
+    pub tx_reserved: u64,
     /// Request bytes sent and not acknowledged across the RC QPs (each
     /// QP's `tx_charged`), held near `cfg.tx_budget_bytes`.
     pub tx_unacked: u64,

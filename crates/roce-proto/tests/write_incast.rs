@@ -165,8 +165,8 @@ fn with_the_cap_a_modelled_receive_buffer_drops_nothing() {
 /// of 64 KiB (16 packets). The cap holds for a QP with nothing
 /// unacknowledged too, so the burst stays 16 packets and a 256 KiB buffer
 /// drops nothing; were every idle QP allowed its one packet, 512 packets
-/// (2 MiB) would come at once. The QPs take turns: each finishes, none
-/// retries.
+/// (2 MiB) would come at once. The QPs take turns, in the order they
+/// began to wait: each finishes, none retries or resends.
 #[test]
 fn the_cap_holds_for_more_qps_than_it_has_packets() {
     let cap = 64 << 10;
@@ -176,6 +176,15 @@ fn the_cap_holds_for_more_qps_than_it_has_packets() {
     assert!(r.burst <= bound, "burst {} > {bound}", r.burst);
     assert_eq!(r.dropped, 0);
     assert_eq!((r.counters.completer_retry_err, r.counters.rcvd_seq_err), (0, 0));
+    // First come first served: a QP woken for room sends with it (one
+    // that ran for another reason queues behind it), so no QP waits out
+    // an ACK timeout, nothing is sent twice, and each wait ends in a
+    // packet. Were the room taken by whichever QP ran first, the same
+    // QPs would be turned away again and again.
+    let packets = 512 * (64 << 10) / MTU;
+    assert_eq!(r.counters.sent_pkts as usize, packets, "resends");
+    assert!(r.took < Duration::from_micros(67_109), "took {:?}", r.took);
+    assert!(r.counters.tx_budget_waits as usize <= packets, "waits {}", r.counters.tx_budget_waits);
 }
 
 /// A receive buffer smaller than the cap (a peer with less room than the

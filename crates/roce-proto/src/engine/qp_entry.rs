@@ -174,6 +174,7 @@ impl QpEntry {
     /// destroyed QP).
     pub(super) fn release_budgets(&mut self, res: &mut Res) {
         self.core.release_reads(res);
+        self.req.take_tx_ticket(res);
         res.tx_unacked = res.tx_unacked.saturating_sub(self.tx_charged);
         self.tx_charged = 0;
     }
@@ -236,6 +237,9 @@ impl QpEntry {
     }
 
     pub(super) fn request(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
+        // This turn uses the room set aside when the QP was woken, or gives
+        // it back (the engine then wakes the next waiter).
+        let ticket = self.req.take_tx_ticket(res);
         if let (Some(p), QpType::Rc | QpType::Uc) = (res.cfg.cc.dcqcn(), self.core.init.qp_type) {
             self.rate.get_or_insert_with(|| {
                 Box::new(QpRate {
@@ -261,9 +265,15 @@ impl QpEntry {
             // long outlasts the ACK timeout. Every wait ends: the packet
             // that brought the device to the cap asked for an ACK
             // (`Requester::poll_transmit`), and its ACK frees room.
+            //
+            // First come first served: room set aside for woken QPs is not
+            // this QP's, and while QPs wait, one that was not woken queues
+            // behind them (if it has something new to send: a QP that
+            // waits for nothing would only pass its room on).
             let resending = self.req.psn().is_before(self.req.psn_hi()) || self.req.gap_request_pending();
-            if !resending && res.tx_unacked >= cap {
-                if self.req.wait_for_tx_budget(res, self.core.qpn) {
+            let full = res.tx_unacked + res.tx_reserved >= cap;
+            if !resending && (full || (!ticket && !res.tx_waiters.is_empty())) {
+                if self.req.has_unsent(&self.core) && self.req.wait_for_tx_budget(res, self.core.qpn) {
                     res.counters.tx_budget_waits += 1;
                 }
                 return None;

@@ -56,6 +56,7 @@ impl Engine {
             }
             sync_timer(&mut self.timers, qp);
         }
+        self.pass_on_budget();
         tx.segment_size = seg;
         Some(tx)
     }
@@ -73,6 +74,7 @@ impl Engine {
             let len = qp.produce(&mut self.res, now, buf);
             let Some(len) = len else {
                 sync_timer(&mut self.timers, qp);
+                self.pass_on_budget();
                 continue;
             };
             let tx = finish(&self.res.cfg, qp, buf, len);
@@ -80,6 +82,7 @@ impl Engine {
                 schedule(&mut self.ready, qp);
             }
             sync_timer(&mut self.timers, qp);
+            self.pass_on_budget();
             match tx {
                 Some(tx) => {
                     self.res.counters.sent_pkts += 1;
@@ -136,6 +139,16 @@ impl Engine {
             }
         }
         self.wake_budget_waiters();
+    }
+
+    /// After a QP's turn: the room set aside for it under the request
+    /// budget, if it sent nothing with it (paced, at its own window, or
+    /// nothing left to send), goes to the next waiter. Nothing to do, and
+    /// no work, while no QP waits.
+    fn pass_on_budget(&mut self) {
+        if !self.res.tx_waiters.is_empty() {
+            self.wake_budget_waiters();
+        }
     }
 
     pub(super) fn schedule(&mut self, qpn: u32) {
