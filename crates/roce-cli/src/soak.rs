@@ -222,7 +222,8 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
          encryption {} ({:.1}%: {} QPs), faults ending then a heal phase {} ({:.1}%), \
          link blackouts {} ({:.1}%), all of CC + encryption + heal {} ({:.1}%), \
          a switched fabric {} ({:.1}%: {} with two switches, {} CE marks on {} seeds, \
-         {} CNPs from the engines, {} PFC pauses on {} seeds)",
+         {} CNPs from the engines, {} PFC pauses on {} seeds), \
+         a device cap on request bytes {} ({:.1}%: {} waits on {} seeds)",
         d.cc,
         pct(d.cc),
         d.cc_hosts,
@@ -244,7 +245,11 @@ fn print_summary(s: &Summary, args: &SoakArgs) {
         d.ce_seeds,
         d.own_cnps,
         d.pfc_pauses,
-        d.pfc_seeds
+        d.pfc_seeds,
+        d.capped,
+        pct(d.capped),
+        d.budget_waits,
+        d.budget_wait_seeds
     );
     if s.failed > 0 {
         let list: Vec<String> = s.failed_seeds.iter().take(50).map(|x| x.to_string()).collect();

@@ -88,6 +88,10 @@ pub struct MixReport {
     /// The PFC pauses the switches sent.
     pub pfc_pauses: u64,
     pub own_cnps: u64,
+    /// Hosts whose device caps its unacknowledged request bytes, and the
+    /// times their QPs waited for room under the cap.
+    pub capped_hosts: usize,
+    pub budget_waits: u64,
 }
 
 /// A run that broke a rule.
@@ -281,6 +285,8 @@ impl Run {
                 ce_marks: net.stats().ce_marked,
                 pfc_pauses: net.stats().pfc_pauses,
                 own_cnps: 0,
+                capped_hosts: plan.mix.tx_caps.iter().flatten().count(),
+                budget_waits: 0,
             },
             ..Report::default()
         };
@@ -292,6 +298,7 @@ impl Run {
             r.duplicate_requests += c.duplicate_request;
             r.mix.rate_cuts += c.cc_rate_cuts;
             r.mix.own_cnps += c.cnp_sent;
+            r.mix.budget_waits += c.tx_budget_waits;
         }
         r
     }

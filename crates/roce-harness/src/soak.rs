@@ -34,6 +34,11 @@ pub struct Drawn {
     pub crypto_qps: u64,
     pub cnps: u64,
     pub rate_cuts: u64,
+    /// Seeds with a device that caps its unacknowledged request bytes,
+    /// those whose QPs waited under the cap, and the waits.
+    pub capped: u64,
+    pub budget_wait_seeds: u64,
+    pub budget_waits: u64,
 }
 
 impl Drawn {
@@ -55,6 +60,9 @@ impl Drawn {
         self.pfc_pauses += m.pfc_pauses;
         self.pfc_seeds += u64::from(m.pfc_pauses > 0);
         self.own_cnps += m.own_cnps;
+        self.capped += u64::from(m.capped_hosts > 0);
+        self.budget_wait_seeds += u64::from(m.budget_waits > 0);
+        self.budget_waits += m.budget_waits;
     }
 }
 

@@ -254,9 +254,12 @@ fn a_probe_stopped_by_a_blackout_is_explained() {
 ///
 /// The QPNs and first PSNs are the engine's random draws: they moved when
 /// an engine began drawing its connection manager's keys at creation.
+/// Seed 74394 drew a device cap on request bytes once the mix could: the
+/// seeds replay uncapped, as they failed.
 #[test]
 fn answers_past_a_gap_and_resumed_reads_are_read_right() {
-    let cfg = roce_harness::Config::default();
+    let mut cfg = roce_harness::Config::default();
+    cfg.workload.mix.capped_runs = 0.0;
     for (seed, why) in [
         (37152, "host 1 QP 0x9b2c03: PSN 497685 sent 7 times"),
         (74394, "host 1 QP 0x1fe5a2: PSN 16777213 sent 8 times"),

@@ -17,6 +17,10 @@
 //!   so that the engines see real CE marks and send their own CNPs; the
 //!   links' faults are drawn on each host's own link, and the RC QPs' ACK
 //!   timeouts are raised to what the fabric's round trip needs;
+//! * a device cap on unacknowledged request bytes across a host's QPs
+//!   (`EngineConfig::tx_budget_bytes`, which the UDP driver always sets),
+//!   from a few packets (the QPs take turns at every ACK) to more than
+//!   their windows hold;
 //! * a heal phase: every operation must have completed by `deadline`, a
 //!   bound computed from the plan (the last posting, the ACK timeouts, the
 //!   RNR timers and the time the plan's bytes take at the slowest rate).
@@ -42,6 +46,7 @@ pub fn draw(rng: &mut SimRng, plan: &mut Plan, p: &MixParams) {
     let last_post = last_post(plan);
     // From a stream of its own: every other draw stays as it was.
     m.fabric = switched(&mut rng.fork("fabric"), plan.hosts.len(), p.switched_runs);
+    m.tx_caps = tx_caps(&mut rng.fork("tx-cap"), plan.hosts.len(), p.capped_runs);
     if let Some(f) = &mut m.fabric {
         raise_timeouts(plan, f);
         f.headroom_rtts = headroom_rtts(plan, f);
@@ -92,6 +97,15 @@ pub fn draw(rng: &mut SimRng, plan: &mut Plan, p: &MixParams) {
 
 /// One switch or two, with `hosts` split between them, on `runs` of the
 /// seeds.
+/// Each host's cap on unacknowledged request bytes, on a seed that draws
+/// caps.
+fn tx_caps(rng: &mut SimRng, hosts: usize, runs: f64) -> Vec<Option<u64>> {
+    if !rng.chance(runs) {
+        return Vec::new();
+    }
+    (0..hosts).map(|_| rng.chance(0.75).then(|| *rng.pick(&[8 << 10, 32 << 10, 1 << 20]))).collect()
+}
+
 fn switched(rng: &mut SimRng, hosts: usize, runs: f64) -> Option<Switched> {
     if !rng.chance(runs) {
         return None;

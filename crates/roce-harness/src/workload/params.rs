@@ -102,6 +102,9 @@ pub struct MixParams {
     /// Seeds whose hosts run on a switched fabric (one or two switches)
     /// instead of the mesh.
     pub switched_runs: f64,
+    /// Seeds whose devices may cap their unacknowledged request bytes
+    /// (each host then draws a cap with probability 3/4).
+    pub capped_runs: f64,
 }
 
 impl MixParams {
@@ -114,6 +117,7 @@ impl MixParams {
         heal: false,
         early_heal: 0.0,
         switched_runs: 0.0,
+        capped_runs: 0.0,
     };
 }
 
@@ -126,6 +130,7 @@ impl Default for MixParams {
             heal: true,
             early_heal: 0.5,
             switched_runs: 0.2,
+            capped_runs: 0.5,
         }
     }
 }

@@ -502,6 +502,10 @@ pub struct Mix {
     pub deadline: Instant,
     /// The switched fabric the hosts run on (`None`: the mesh).
     pub fabric: Option<Switched>,
+    /// Per host: its device's cap on unacknowledged request bytes
+    /// (`EngineConfig::tx_budget_bytes`; `None`: uncapped), empty when the
+    /// seed drew none.
+    pub tx_caps: Vec<Option<u64>>,
 }
 
 impl Mix {
@@ -513,5 +517,10 @@ impl Mix {
 
     pub fn cc_hosts(&self) -> usize {
         self.cc.iter().flatten().count()
+    }
+
+    /// The cap on unacknowledged request bytes of host `h`'s device.
+    pub fn tx_cap(&self, h: usize) -> Option<u64> {
+        self.tx_caps.get(h).copied().flatten()
     }
 }

@@ -53,6 +53,7 @@ pub fn setup(plan: &Plan, net: &mut Network) -> Result<Live, String> {
         cfg.ack_req_every = hp.device.ack_req_every;
         cfg.max_unacked_psns = hp.device.max_unacked_psns;
         cfg.ecn = hp.device.ecn;
+        cfg.tx_budget_bytes = plan.mix.tx_cap(i);
         if let Some(cc) = plan.mix.cc.get(i).and_then(Option::as_ref) {
             cfg.cc = cc.algorithm();
             cfg.line_rate_bps = cc.line_rate_bps;
