@@ -56,6 +56,11 @@ mod transmit;
 
 use qp_entry::{schedule, sync_timer, QpEntry};
 
+/// The most room under the request budget one wake hands a waiting QP, in
+/// path MTUs: a batch a driver sends as one GSO message, so that a QP woken
+/// at the cap sends a run of packets, not one packet per wake.
+const WAKE_GRANT_PKTS: u64 = 16;
+
 /// The NIC.
 pub struct Engine {
     res: Res,
@@ -612,12 +617,13 @@ impl Engine {
     /// READ or request budget, once there is some (responses arrived, a QP
     /// ended or rewound). Each tries again and waits again if the room is
     /// still too small. READ waiters all try (their requests differ in
-    /// size); request waiters are taken from the front, one path MTU of
-    /// room each, so the work is in the QPs that can send. That room is
-    /// set aside for them (`Res::tx_reserved`) until their turn: a QP that
-    /// runs first for another reason (the one whose ACK freed the room)
-    /// queues behind them instead of taking it, so the device's room goes
-    /// first come first served and a woken QP is not turned away again.
+    /// size); request waiters are taken from the front, up to
+    /// `WAKE_GRANT_PKTS` path MTUs of room each, so the work is in the QPs
+    /// that can send. That room is set aside for them (`Res::tx_reserved`)
+    /// until they use it or cannot: a QP that runs first for another reason
+    /// (the one whose ACK freed the room) queues behind them instead of
+    /// taking it, so the device's room goes first come first served and a
+    /// woken QP is not turned away again.
     pub(crate) fn wake_budget_waiters(&mut self) {
         let r = &self.res;
         if !r.read_waiters.is_empty() && r.read_outstanding < r.cfg.rx_budget_bytes {
@@ -641,10 +647,10 @@ impl Engine {
         while room > 0 {
             let Some(qpn) = self.res.tx_waiters.pop_front() else { break };
             if let Some(qp) = self.qps.get_mut(&qpn) {
-                let mtu = qp.core.mtu() as u64;
-                qp.req.tx_budget_woken(&mut self.res, mtu);
+                let grant = room.min(WAKE_GRANT_PKTS * qp.core.mtu() as u64);
+                qp.req.tx_budget_woken(&mut self.res, grant);
                 schedule(&mut self.ready, qp);
-                room = room.saturating_sub(mtu);
+                room -= grant;
             }
         }
     }

@@ -161,12 +161,24 @@ impl Requester {
         res.tx_reserved += room;
     }
 
-    /// Gives back the room set aside for this QP when it was woken (its
-    /// turn came, or it went away); true if it held some.
-    pub fn take_tx_ticket(&mut self, res: &mut Res) -> bool {
+    /// Whether room under the request budget is set aside for this QP.
+    pub fn has_tx_ticket(&self) -> bool {
+        self.tx_ticket > 0
+    }
+
+    /// Spends `bytes` of the room set aside for this QP (a new request
+    /// packet went).
+    pub fn spend_tx_ticket(&mut self, res: &mut Res, bytes: u64) {
+        let t = self.tx_ticket.min(bytes);
+        self.tx_ticket -= t;
+        res.tx_reserved = res.tx_reserved.saturating_sub(t);
+    }
+
+    /// Gives back the room set aside for this QP when it was woken (it
+    /// could not use it, or it went away).
+    pub fn take_tx_ticket(&mut self, res: &mut Res) {
         let t = std::mem::take(&mut self.tx_ticket);
         res.tx_reserved = res.tx_reserved.saturating_sub(t);
-        t > 0
     }
 
     /// Whether a posted WQE has not been sent in full yet (new request
@@ -370,7 +382,12 @@ impl Requester {
         let wanted = signaled || op.is_read_or_atomic() || retransmission || sq_half_full;
         // A packet that brings the device to its cap on unacknowledged
         // request bytes asks too: QPs then wait for an ACK, which must come.
-        let at_cap = res.cfg.tx_budget_bytes.is_some_and(|cap| res.tx_unacked + mtu as u64 >= cap);
+        // So does the last packet the room a wake gave this QP pays for:
+        // the QP then queues behind every other waiter, maybe for longer
+        // than its ACK timeout, and what it sent must not wait for a
+        // timeout to be acknowledged.
+        let at_cap = res.cfg.tx_budget_bytes.is_some_and(|cap| res.tx_unacked + mtu as u64 >= cap)
+            || (self.tx_ticket > 0 && self.tx_ticket <= mtu as u64);
         let ack_req =
             t == QpType::Rc && ((last && wanted) || at_cap || self.noack_pkts + 1 >= res.cfg.ack_req_every);
         let Some(code) = opcode_for(t, &op, first, last) else {

@@ -237,9 +237,10 @@ impl QpEntry {
     }
 
     pub(super) fn request(&mut self, res: &mut Res, now: Instant, buf: &mut [u8]) -> Option<usize> {
-        // This turn uses the room set aside when the QP was woken, or gives
-        // it back (the engine then wakes the next waiter).
-        let ticket = self.req.take_tx_ticket(res);
+        // Room set aside for this QP when it was woken: it sends with it,
+        // or gives back what it cannot use (the engine then wakes the next
+        // waiter).
+        let ticket = self.req.has_tx_ticket();
         if let (Some(p), QpType::Rc | QpType::Uc) = (res.cfg.cc.dcqcn(), self.core.init.qp_type) {
             self.rate.get_or_insert_with(|| {
                 Box::new(QpRate {
@@ -249,6 +250,7 @@ impl QpEntry {
                 })
             });
             if self.pacer_holds(now) {
+                self.req.take_tx_ticket(res);
                 return None;
             }
         }
@@ -272,15 +274,26 @@ impl QpEntry {
             // waits for nothing would only pass its room on).
             let resending = self.req.psn().is_before(self.req.psn_hi()) || self.req.gap_request_pending();
             let full = res.tx_unacked + res.tx_reserved >= cap;
-            if !resending && (full || (!ticket && !res.tx_waiters.is_empty())) {
+            if !resending && !ticket && (full || !res.tx_waiters.is_empty()) {
                 if self.req.has_unsent(&self.core) && self.req.wait_for_tx_budget(res, self.core.qpn) {
                     res.counters.tx_budget_waits += 1;
                 }
                 return None;
             }
         }
+        let psn_hi = self.req.psn_hi();
         let r = self.req.poll_transmit(&mut self.core, res, now, self.comp.psn(), buf);
         self.recharge_tx(res);
+        let sent = matches!(r, Ok(Some(_)));
+        if ticket {
+            if !sent {
+                self.req.take_tx_ticket(res);
+            } else if self.req.psn_hi() != psn_hi {
+                // New PSNs (not a resend): charged to the ticket.
+                let new = self.req.psn_hi().distance(psn_hi).max(0) as u64;
+                self.req.spend_tx_ticket(res, new * self.core.mtu() as u64);
+            }
+        }
         if r.is_err() {
             self.settle(res);
             return None;
