@@ -616,26 +616,36 @@ impl Engine {
     /// Schedules the QPs whose requests waited for room under the device's
     /// READ or request budget, once there is some (responses arrived, a QP
     /// ended or rewound). Each tries again and waits again if the room is
-    /// still too small. READ waiters all try (their requests differ in
-    /// size); request waiters are taken from the front, up to
-    /// `WAKE_GRANT_PKTS` path MTUs of room each, so the work is in the QPs
-    /// that can send. That room is set aside for them (`Res::tx_reserved`)
-    /// until they use it or cannot: a QP that runs first for another reason
-    /// (the one whose ACK freed the room) queues behind them instead of
-    /// taking it, so the device's room goes first come first served and a
-    /// woken QP is not turned away again.
+    /// still too small.
     pub(crate) fn wake_budget_waiters(&mut self) {
+        self.wake_read_waiters();
+        self.wake_tx_waiters();
+    }
+
+    /// READ waiters all try (their requests differ in size).
+    fn wake_read_waiters(&mut self) {
         let r = &self.res;
-        if !r.read_waiters.is_empty() && r.read_outstanding < r.cfg.rx_budget_bytes {
-            let mut waiters = std::mem::take(&mut self.res.read_waiters);
-            for qpn in waiters.drain(..) {
-                if let Some(qp) = self.qps.get_mut(&qpn) {
-                    qp.req.read_budget_woken();
-                    schedule(&mut self.ready, qp);
-                }
-            }
-            self.res.read_waiters = waiters;
+        if r.read_waiters.is_empty() || r.read_outstanding >= r.cfg.rx_budget_bytes {
+            return;
         }
+        let mut waiters = std::mem::take(&mut self.res.read_waiters);
+        for qpn in waiters.drain(..) {
+            if let Some(qp) = self.qps.get_mut(&qpn) {
+                qp.req.read_budget_woken();
+                schedule(&mut self.ready, qp);
+            }
+        }
+        self.res.read_waiters = waiters;
+    }
+
+    /// Request waiters are taken from the front, up to `WAKE_GRANT_PKTS`
+    /// path MTUs of room each, so the work is in the QPs that can send.
+    /// That room is set aside for them (`Res::tx_reserved`) until they use
+    /// it or cannot: a QP that runs first for another reason (the one whose
+    /// ACK freed the room) queues behind them instead of taking it, so the
+    /// device's room goes first come first served and a woken QP is not
+    /// turned away again. Nothing to do, and no work, while no QP waits.
+    pub(crate) fn wake_tx_waiters(&mut self) {
         let r = &self.res;
         if r.tx_waiters.is_empty() {
             return;

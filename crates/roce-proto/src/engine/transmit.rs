@@ -56,7 +56,7 @@ impl Engine {
             }
             sync_timer(&mut self.timers, qp);
         }
-        self.pass_on_budget();
+        self.wake_tx_waiters();
         tx.segment_size = seg;
         Some(tx)
     }
@@ -74,7 +74,10 @@ impl Engine {
             let len = qp.produce(&mut self.res, now, buf);
             let Some(len) = len else {
                 sync_timer(&mut self.timers, qp);
-                self.pass_on_budget();
+                // Room set aside for this QP under the request budget that
+                // it could not use (paced, at its own window, nothing left
+                // to send) goes to the next waiter.
+                self.wake_tx_waiters();
                 continue;
             };
             let tx = finish(&self.res.cfg, qp, buf, len);
@@ -82,7 +85,7 @@ impl Engine {
                 schedule(&mut self.ready, qp);
             }
             sync_timer(&mut self.timers, qp);
-            self.pass_on_budget();
+            self.wake_tx_waiters();
             match tx {
                 Some(tx) => {
                     self.res.counters.sent_pkts += 1;
@@ -139,16 +142,6 @@ impl Engine {
             }
         }
         self.wake_budget_waiters();
-    }
-
-    /// After a QP's turn: the room set aside for it under the request
-    /// budget, if it sent nothing with it (paced, at its own window, or
-    /// nothing left to send), goes to the next waiter. Nothing to do, and
-    /// no work, while no QP waits.
-    fn pass_on_budget(&mut self) {
-        if !self.res.tx_waiters.is_empty() {
-            self.wake_budget_waiters();
-        }
     }
 
     pub(super) fn schedule(&mut self, qpn: u32) {
