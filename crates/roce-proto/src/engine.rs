@@ -617,15 +617,23 @@ impl Engine {
     /// READ or request budget, once there is some (responses arrived, a QP
     /// ended or rewound). Each tries again and waits again if the room is
     /// still too small.
+    #[inline]
     pub(crate) fn wake_budget_waiters(&mut self) {
         self.wake_read_waiters();
         self.wake_tx_waiters();
     }
 
     /// READ waiters all try (their requests differ in size).
+    #[inline]
     fn wake_read_waiters(&mut self) {
-        let r = &self.res;
-        if r.read_waiters.is_empty() || r.read_outstanding >= r.cfg.rx_budget_bytes {
+        if !self.res.read_waiters.is_empty() {
+            self.wake_read_waiters_now();
+        }
+    }
+
+    #[inline(never)]
+    fn wake_read_waiters_now(&mut self) {
+        if self.res.read_outstanding >= self.res.cfg.rx_budget_bytes {
             return;
         }
         let mut waiters = std::mem::take(&mut self.res.read_waiters);
@@ -645,11 +653,16 @@ impl Engine {
     /// ACK freed the room) queues behind them instead of taking it, so the
     /// device's room goes first come first served and a woken QP is not
     /// turned away again. Nothing to do, and no work, while no QP waits.
+    #[inline]
     pub(crate) fn wake_tx_waiters(&mut self) {
-        let r = &self.res;
-        if r.tx_waiters.is_empty() {
-            return;
+        if !self.res.tx_waiters.is_empty() {
+            self.wake_tx_waiters_now();
         }
+    }
+
+    #[inline(never)]
+    fn wake_tx_waiters_now(&mut self) {
+        let r = &self.res;
         let mut room = match r.cfg.tx_budget_bytes {
             Some(cap) => cap.saturating_sub(r.tx_unacked + r.tx_reserved),
             None => u64::MAX,

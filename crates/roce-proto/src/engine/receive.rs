@@ -154,11 +154,14 @@ impl Engine {
         if meta.ecn == 3 && self.res.cfg.cnp.enabled {
             qp.mark_congested(&self.res.cfg, now);
         }
-        if !self.cm_comm_est.is_empty() {
+        let qp = if self.cm_comm_est.is_empty() {
+            qp
+        } else {
             self.cm_packet_on(qpn);
-            // The map lookup above let go of the QP: take it again.
-        }
-        let Some(qp) = self.qps.get_mut(&qpn) else { return };
+            // That let go of the QP: take it again.
+            let Some(qp) = self.qps.get_mut(&qpn) else { return };
+            qp
+        };
         let res = &mut self.res;
         if info.request {
             qp.resp.handle_request(&mut qp.core, res, now, meta, info, &pkt);

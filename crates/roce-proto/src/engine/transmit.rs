@@ -29,28 +29,28 @@ impl Engine {
     ) -> Option<Transmit> {
         let mut tx = self.poll_transmit(now, buf)?;
         let (qpn, seg) = (tx.qpn, tx.len);
-        while tx.segments() < max_segments && buf.len() - tx.len >= MAX_DATAGRAM {
-            let Some(qp) = self.qps.get_mut(&qpn) else { break };
-            let at = tx.len;
-            let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
-            let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..at + MAX_DATAGRAM], len) else {
-                self.res.counters.emit_errors += 1;
-                continue;
-            };
-            self.res.counters.sent_pkts += 1;
-            let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
-            if !same {
-                // Not of this batch: it leaves on its own, next.
-                self.stash_buf[..next.len].copy_from_slice(&buf[at..at + next.len]);
-                self.stash = Some(next);
-                break;
-            }
-            tx.len += next.len;
-            if next.len < seg {
-                break;
-            }
-        }
+        // One lookup for the whole batch (a GSI datagram has no entry).
         if let Some(qp) = self.qps.get_mut(&qpn) {
+            while tx.segments() < max_segments && buf.len() - tx.len >= MAX_DATAGRAM {
+                let at = tx.len;
+                let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
+                let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..at + MAX_DATAGRAM], len) else {
+                    self.res.counters.emit_errors += 1;
+                    continue;
+                };
+                self.res.counters.sent_pkts += 1;
+                let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
+                if !same {
+                    // Not of this batch: it leaves on its own, next.
+                    self.stash_buf[..next.len].copy_from_slice(&buf[at..at + next.len]);
+                    self.stash = Some(next);
+                    break;
+                }
+                tx.len += next.len;
+                if next.len < seg {
+                    break;
+                }
+            }
             if !qp.paced_out(now) {
                 schedule(&mut self.ready, qp);
             }
