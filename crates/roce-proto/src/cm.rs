@@ -107,7 +107,8 @@ pub struct CmConfig {
     /// connections on it).
     pub ca_guid: u64,
     /// IBTA MTU enum of the path (3 = 1024, what a 1500-byte Ethernet gives:
-    /// `iboe_get_mtu`). The peer applies it verbatim.
+    /// `iboe_get_mtu`; an engine takes `EngineConfig::cm_path_mtu`). The
+    /// peer applies it verbatim.
     pub path_mtu: u8,
     /// PacketLifeTime of the path (`CMA_IBOE_PACKET_LIFETIME`: 18 in 6.1).
     pub packet_life_time: u8,

@@ -1,7 +1,7 @@
 //! Device-wide settings of an engine.
 
 use crate::limits;
-use crate::verbs::Gid;
+use crate::verbs::{Gid, PathMtu};
 
 /// The remote address (I/O virtual address) of a registered region, when
 /// its registration does not name one. RDMA peers address memory by it, so
@@ -95,6 +95,12 @@ pub struct EngineConfig {
     pub max_sge: u32,
     pub max_inline: u32,
     pub max_msg_size: u64,
+    /// The path MTU the connection manager proposes in a REQ and takes at
+    /// most from a peer's (the REQ's Path MTU, IBTA vol. 1 §12.6.5; on
+    /// RoCE the kernel's RDMA CM takes `iboe_get_mtu` of the interface's
+    /// MTU, see `PathMtu::for_link_mtu`). A driver sets it from the link
+    /// it sends on; 1024, what a 1500-byte Ethernet gives, by default.
+    pub cm_path_mtu: PathMtu,
 }
 
 impl EngineConfig {
@@ -123,6 +129,7 @@ impl EngineConfig {
             max_sge: limits::MAX_SGE,
             max_inline: limits::MAX_INLINE,
             max_msg_size: limits::MAX_MSG_SIZE,
+            cm_path_mtu: PathMtu::Mtu1024,
         }
     }
 }

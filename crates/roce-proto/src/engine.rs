@@ -143,7 +143,9 @@ impl Engine {
         // connections on the GUID).
         let local_ip =
             cfg.gids.first().copied().unwrap_or(core::net::IpAddr::V4(core::net::Ipv4Addr::UNSPECIFIED));
-        let cm = crate::cm::Cm::new(crate::cm::CmConfig::new(local_ip, rng.next_u64() | 1), rng.next_u64());
+        let mut cm_cfg = crate::cm::CmConfig::new(local_ip, rng.next_u64() | 1);
+        cm_cfg.path_mtu = cfg.cm_path_mtu as u8;
+        let cm = crate::cm::Cm::new(cm_cfg, rng.next_u64());
         Engine {
             res: Res {
                 cfg,

@@ -87,6 +87,22 @@ impl PathMtu {
             _ => return None,
         })
     }
+
+    /// The RoCE MTU of an Ethernet link whose IP MTU is `link_mtu`: the
+    /// largest IB MTU whose packet fits once the headers and trailers a
+    /// RoCE packet may carry are taken off (Annex A17.5.1: a RoCE port's
+    /// active MTU follows its Ethernet MTU). The reserve is the Linux
+    /// kernel's (`iboe_get_mtu`: GRH 40 + UDP 8 + BTH 12 + XRCETH 4 +
+    /// AtomicETH 28 + ICRC 4 bytes), so a 1500-byte Ethernet gives 1024 as
+    /// it does for rxe and the kernel's RDMA CM, a 9000-byte one or the
+    /// loopback 4096. `None` below 256 + that reserve.
+    pub fn for_link_mtu(link_mtu: u32) -> Option<PathMtu> {
+        const RESERVE: u32 = 40 + 8 + 12 + 4 + 28 + 4;
+        let room = link_mtu.checked_sub(RESERVE)?;
+        [PathMtu::Mtu4096, PathMtu::Mtu2048, PathMtu::Mtu1024, PathMtu::Mtu512, PathMtu::Mtu256]
+            .into_iter()
+            .find(|m| m.bytes() as u32 <= room)
+    }
 }
 
 /// A GID as RoCEv2 uses it: an IP address (IPv4 addresses appear as
@@ -635,5 +651,32 @@ pub enum VerbsError {
 impl From<OnOtherDevice> for VerbsError {
     fn from(_: OnOtherDevice) -> VerbsError {
         VerbsError::BufferOnOtherDevice
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PathMtu;
+
+    /// The kernel's `iboe_get_mtu` table: 96 bytes of headers and trailers
+    /// come off the link's MTU first.
+    #[test]
+    fn a_link_mtu_gives_the_largest_ib_mtu_that_fits() {
+        let cases = [
+            (65536, Some(PathMtu::Mtu4096)), // the loopback
+            (9000, Some(PathMtu::Mtu4096)),
+            (4192, Some(PathMtu::Mtu4096)),
+            (4191, Some(PathMtu::Mtu2048)),
+            (1500, Some(PathMtu::Mtu1024)), // Ethernet: what rxe and the kernel's CM use
+            (1120, Some(PathMtu::Mtu1024)),
+            (1119, Some(PathMtu::Mtu512)),
+            (352, Some(PathMtu::Mtu256)),
+            (351, None),
+            (68, None),
+            (0, None),
+        ];
+        for (link, want) in cases {
+            assert_eq!(PathMtu::for_link_mtu(link), want, "link MTU {link}");
+        }
     }
 }

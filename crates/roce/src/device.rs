@@ -121,6 +121,12 @@ impl Device {
         // only costs the peer a duplicate; 20 ms is still a third of the
         // ACK timeout most programs set (14: 67 ms).
         ecfg.read_tail_floor = roce_proto::Duration::from_millis(20);
+        // The RDMA CM's path MTU from the link the device's address is on,
+        // as the kernel's: 1024 on a 1500-byte Ethernet (what rxe takes),
+        // 4096 on the loopback or a jumbo-frame link.
+        if let Some(mtu) = crate::netif::link_mtu(local.ip()).and_then(roce_proto::PathMtu::for_link_mtu) {
+            ecfg.cm_path_mtu = mtu;
+        }
         let engine = match cfg.seed {
             Some(s) => Engine::new(ecfg, s),
             None => Engine::with_key_seed(ecfg, os_seed()?),

@@ -23,6 +23,7 @@ mod device;
 mod driver;
 mod error;
 mod mr;
+mod netif;
 mod pd;
 mod qp;
 mod stats;

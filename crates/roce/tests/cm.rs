@@ -27,6 +27,13 @@ fn device() -> Device {
     panic!("no free 127.x.y.z:4791");
 }
 
+/// The RoCE MTU of this machine's loopback (65536 bytes, 4096, unless
+/// someone changed `lo`).
+fn loopback_path_mtu() -> PathMtu {
+    let lo: u32 = std::fs::read_to_string("/sys/class/net/lo/mtu").unwrap().trim().parse().unwrap();
+    PathMtu::for_link_mtu(lo).unwrap()
+}
+
 fn rc_qp(dev: &Device, cq: &Cq) -> Qp {
     dev.alloc_pd().unwrap().create_qp(QpBuilder::rc(cq)).unwrap()
 }
@@ -51,6 +58,7 @@ fn listen_accept_connect_send_disconnect() {
         assert_eq!(&req.private_data[..6], b"client");
         assert_eq!(req.private_data.len(), 56, "as the kernel reports it");
         let mut conn = listener.accept_request(id, req, qp, &cm::AcceptOpts::default(), T).unwrap();
+        assert_eq!(conn.qp().query().unwrap().path_mtu, loopback_path_mtu());
         let mut wc = [WC_ZERO; 1];
         assert_eq!(cq.wait(&mut wc, Duration::from_secs(10)).unwrap(), 1);
         assert_eq!(wc[0].status, WcStatus::Success);
@@ -65,6 +73,9 @@ fn listen_accept_connect_send_disconnect() {
     let qp = pd.create_qp(QpBuilder::rc(&cq)).unwrap();
     let mut conn = cm::connect(&a, addr, qp, b"client", T).unwrap();
     assert_eq!(conn.qp().state().unwrap(), QpState::Rts);
+    // The path MTU both ends take from the link, as the kernel's RDMA CM
+    // (`iboe_get_mtu`): the loopback's 65536 bytes give 4096.
+    assert_eq!(conn.qp().query().unwrap().path_mtu, loopback_path_mtu());
     assert_eq!(conn.peer_private_data().len(), 196, "the REP's private data, as the kernel reports it");
     let mr = pd.reg_mr(MemBuf::new(64), Access::ALL).unwrap();
     mr.write(0, b"through CM!").unwrap();
