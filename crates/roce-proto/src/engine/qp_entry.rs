@@ -329,6 +329,7 @@ impl QpEntry {
 }
 
 /// Puts a QP on the ready list (once).
+#[inline]
 pub(super) fn schedule(ready: &mut VecDeque<u32>, qp: &mut QpEntry) {
     if !qp.scheduled {
         qp.scheduled = true;
@@ -337,6 +338,7 @@ pub(super) fn schedule(ready: &mut VecDeque<u32>, qp: &mut QpEntry) {
 }
 
 /// Keeps the engine's timer set in step with the QP's earliest deadline.
+#[inline]
 pub(super) fn sync_timer(timers: &mut BTreeSet<(Instant, u32)>, qp: &mut QpEntry) {
     let want = qp.core.timers.earliest();
     if want != qp.timer_key {
