@@ -4,7 +4,8 @@
 //! once with the veth at 1500 bytes (a RoCE MTU of 1024, what rxe and the
 //! kernel's CM take on Ethernet) and once at 9000 (4096). The client's
 //! packet count tells which MTU its QP sent at: 50 WRITEs of 64 KiB are
-//! 3,200 packets at 1024 and 800 at 4096.
+//! 3,200 packets at 1024 and 800 at 4096. Stock `ibv_devinfo` over the
+//! library reports the same as the port's `active_mtu`.
 //!
 //! Needs root and `ip`; skips with the reason otherwise (CI has them).
 
@@ -84,6 +85,33 @@ impl Net {
         json_of(&finish(server, "server"), "server");
         c
     }
+
+    /// Stock `ibv_devinfo -v` over the library on 10.79.0.1: its port's
+    /// `active_mtu` line.
+    fn devinfo_mtu(&self) -> String {
+        let o = finish(
+            self.spawn(&self.s, &["exec", "--addr", "10.79.0.1", "--", "ibv_devinfo", "-v"]),
+            "ibv_devinfo",
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success(),
+            "ibv_devinfo: {:?}\n{out}\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out.lines()
+            .find(|l| l.contains("active_mtu:"))
+            .unwrap_or_else(|| panic!("no active_mtu in\n{out}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn have_devinfo() -> bool {
+    Command::new("ibv_devinfo").arg("--help").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok()
 }
 
 impl Drop for Net {
@@ -128,9 +156,20 @@ fn the_cm_takes_its_path_mtu_from_the_link() {
         }
     };
     let data = |mtu: u64| WRITES * SIZE / mtu;
+    // A verbs program sees the same MTU as its port's active MTU, as on rxe.
+    let devinfo = have_devinfo();
+    if !devinfo {
+        eprintln!("skipped the ibv_devinfo part: no ibv_devinfo");
+    }
     net.set_mtu(1500);
+    if devinfo {
+        assert_eq!(net.devinfo_mtu(), "1024 (3)");
+    }
     let at_1500 = sent_pkts(&net.run(19401));
     net.set_mtu(9000);
+    if devinfo {
+        assert_eq!(net.devinfo_mtu(), "4096 (5)");
+    }
     let at_9000 = sent_pkts(&net.run(19402));
     eprintln!("client packets: veth MTU 1500 {at_1500}, 9000 {at_9000}");
     // The data packets, and a few more (CM MADs, a probe): never the

@@ -302,6 +302,14 @@ impl Device {
     }
 
     /// A random initial PSN from the engine's CSPRNG.
+    /// The port's active MTU: the RoCE MTU of the link the device's
+    /// address is on (`PathMtu::for_link_mtu` of the interface's MTU, as
+    /// rxe reports its netdev's; 1024 when the interface cannot be told).
+    /// The RDMA CM proposes it, and `ibv_query_port` reports it.
+    pub fn active_mtu(&self) -> PathMtu {
+        self.shared().lock_any().engine.config().cm_path_mtu
+    }
+
     pub fn random_psn(&self) -> Psn {
         self.shared().lock_any().engine.random_psn()
     }

@@ -406,14 +406,16 @@ pub unsafe extern "C" fn ibv_query_device(ctx: *mut ibv_context, attr: *mut ibv_
 /// IB MTU enum values.
 const IBV_MTU_4096: c_int = 5;
 
-fn port_attr(port: u8) -> R<ibv_port_attr> {
+/// Port 1's attributes; its active MTU follows the device's link, as
+/// rxe's follows its netdev (`Device::active_mtu`).
+fn port_attr(c: &ContextObj, port: u8) -> R<ibv_port_attr> {
     if port != 1 {
         return Err(EINVAL);
     }
     Ok(ibv_port_attr {
         state: IBV_PORT_ACTIVE,
         max_mtu: IBV_MTU_4096,
-        active_mtu: IBV_MTU_4096,
+        active_mtu: c.dev.active_mtu() as c_int,
         gid_tbl_len: 1,
         // IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS
         port_cap_flags: (1 << 16) | (1 << 26),
@@ -454,8 +456,8 @@ unsafe fn write_port_attr(a: &ibv_port_attr, out: *mut ibv_port_attr, len: usize
 #[no_mangle]
 pub unsafe extern "C" fn ibv_query_port(ctx: *mut ibv_context, port: u8, out: *mut ibv_port_attr) -> c_int {
     ret_errno(|| {
-        unsafe { ctx_obj(ctx) }?;
-        unsafe { write_port_attr(&port_attr(port)?, out, COMPAT_PORT_ATTR_LEN) }
+        let c = unsafe { ctx_obj(ctx) }?;
+        unsafe { write_port_attr(&port_attr(c, port)?, out, COMPAT_PORT_ATTR_LEN) }
     })
 }
 
@@ -471,8 +473,8 @@ unsafe extern "C" fn query_port_ex(
     len: usize,
 ) -> c_int {
     ret_errno(|| {
-        unsafe { ctx_obj(ctx) }?;
-        unsafe { write_port_attr(&port_attr(port)?, out, len) }
+        let c = unsafe { ctx_obj(ctx) }?;
+        unsafe { write_port_attr(&port_attr(c, port)?, out, len) }
     })
 }
 
