@@ -32,10 +32,14 @@
 //! has them).
 
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
+
+#[path = "support/child.rs"]
+mod child;
+use child::{finish, json_of, roce_in, sh};
 
 const LIMIT: Duration = Duration::from_secs(60);
 /// The bottleneck, and the rate beyond which packets are marked.
@@ -64,15 +68,6 @@ const DCQCN: &[&str] = &[
     "--cc-param",
     "min_time_between_cnps=500us",
 ];
-
-fn sh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 /// The two namespaces: `s` holds the clients (10.78.0.1 and .3), `r` the
 /// servers (10.78.0.2 and .4).
@@ -193,17 +188,6 @@ impl Net {
             .unwrap_or_default();
         number_after(&text, "dropped ")
     }
-
-    fn spawn(&self, ns: &str, args: &[String]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(env!("CARGO_BIN_EXE_roce"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ip netns exec runs")
-    }
 }
 
 impl Drop for Net {
@@ -219,26 +203,6 @@ fn number_after(text: &str, key: &str) -> u64 {
         .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
         .and_then(|t| t.parse().ok())
         .unwrap_or(0)
-}
-
-/// Waits for `child`, killing it after `LIMIT`.
-fn finish(mut child: Child, what: &str) -> Output {
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > LIMIT {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("{what} still ran after {LIMIT:?}:\n{}", String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn json_of(o: &Output, what: &str) -> Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{what}: {:?}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}):\n{out}"))
 }
 
 fn counter(v: &Value, name: &str) -> u64 {
@@ -270,7 +234,7 @@ fn run(net: &Net, cc: &[&str], pcap: Option<&str>) -> Run {
         if let (0, Some(p)) = (i, pcap) {
             a.extend(["--pcap".into(), p.to_string()]);
         }
-        servers.push(net.spawn(&net.r, &a));
+        servers.push(roce_in(&net.r, &a));
     }
     let mut clients = Vec::new();
     for (i, (ip, srv)) in [("10.78.0.1", "10.78.0.2"), ("10.78.0.3", "10.78.0.4")].iter().enumerate() {
@@ -282,7 +246,7 @@ fn run(net: &Net, cc: &[&str], pcap: Option<&str>) -> Run {
             .map(|s| s.to_string())
             .collect();
         a.shrink_to_fit();
-        clients.push(net.spawn(&net.s, &a));
+        clients.push(roce_in(&net.s, &a));
     }
     // A measurement window, not a wait for anything: the drop counter is
     // read at this point of the run.
@@ -292,14 +256,14 @@ fn run(net: &Net, cc: &[&str], pcap: Option<&str>) -> Run {
         .into_iter()
         .enumerate()
         .map(|(i, c)| {
-            let v = json_of(&finish(c, "client"), &format!("client {i}"));
+            let v = json_of(&finish(c, "client", LIMIT), &format!("client {i}"));
             (v["results"][0]["bw_avg"].as_f64().expect("bw_avg"), v)
         })
         .collect();
     let servers = servers
         .into_iter()
         .enumerate()
-        .map(|(i, s)| json_of(&finish(s, "server"), &format!("server {i}")))
+        .map(|(i, s)| json_of(&finish(s, "server", LIMIT), &format!("server {i}")))
         .collect();
     let tbf_dropped = net.tbf_dropped();
     Run { clients, servers, marked: net.marked(), tbf_dropped, tbf_dropped_late: tbf_dropped - dropped_early }

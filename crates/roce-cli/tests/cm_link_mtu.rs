@@ -9,23 +9,18 @@
 //!
 //! Needs root and `ip`; skips with the reason otherwise (CI has them).
 
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::Value;
+
+#[path = "support/child.rs"]
+mod child;
+use child::{finish, json_of, roce_in, sh};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const WRITES: u64 = 50;
 const SIZE: u64 = 65536;
-
-fn sh(args: &[&str]) -> Result<String, String> {
-    let out = Command::new(args[0]).args(&args[1..]).output().map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!("`{}` failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
 
 /// Namespaces `s` (10.79.0.1) and `r` (10.79.0.2) on the two ends of a veth.
 struct Net {
@@ -59,30 +54,19 @@ impl Net {
         sh(&["ip", "-n", &self.r, "link", "set", &self.vr, "mtu", &m]).unwrap();
     }
 
-    fn spawn(&self, ns: &str, args: &[&str]) -> Child {
-        Command::new("ip")
-            .args(["netns", "exec", ns])
-            .arg(env!("CARGO_BIN_EXE_roce"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("ip netns exec runs")
-    }
-
     /// One `write-bw -R` run: the client's JSON.
     fn run(&self, port: u16) -> Value {
         let port = port.to_string();
         let common = ["--counters", "--json", "--timeout", "20", "-R", "-p", port.as_str()];
         let mut a = vec!["perf", "write-bw", "--bind", "10.79.0.2"];
         a.extend(common);
-        let server = self.spawn(&self.r, &a);
+        let server = roce_in(&self.r, &a);
         let (n, s) = (WRITES.to_string(), SIZE.to_string());
         let mut a = vec!["perf", "write-bw", "10.79.0.2", "--bind", "10.79.0.1", "-n", &n, "-s", &s];
         a.extend(common);
-        let client = self.spawn(&self.s, &a);
-        let c = json_of(&finish(client, "client"), "client");
-        json_of(&finish(server, "server"), "server");
+        let client = roce_in(&self.s, &a);
+        let c = json_of(&finish(client, "client", LIMIT), "client");
+        json_of(&finish(server, "server", LIMIT), "server");
         c
     }
 
@@ -90,8 +74,9 @@ impl Net {
     /// `active_mtu` line.
     fn devinfo_mtu(&self) -> String {
         let o = finish(
-            self.spawn(&self.s, &["exec", "--addr", "10.79.0.1", "--", "ibv_devinfo", "-v"]),
+            roce_in(&self.s, &["exec", "--addr", "10.79.0.1", "--", "ibv_devinfo", "-v"]),
             "ibv_devinfo",
+            LIMIT,
         );
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -119,26 +104,6 @@ impl Drop for Net {
         let _ = sh(&["ip", "netns", "del", &self.s]);
         let _ = sh(&["ip", "netns", "del", &self.r]);
     }
-}
-
-/// Waits for `child`, killing it after `LIMIT`.
-fn finish(mut child: Child, what: &str) -> Output {
-    let t = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > LIMIT {
-            let _ = child.kill();
-            let o = child.wait_with_output().unwrap();
-            panic!("{what} still ran after {LIMIT:?}:\n{}", String::from_utf8_lossy(&o.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn json_of(o: &Output, what: &str) -> Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{what}: {:?}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}):\n{out}"))
 }
 
 fn sent_pkts(v: &Value) -> u64 {
