@@ -301,7 +301,6 @@ impl Device {
         false
     }
 
-    /// A random initial PSN from the engine's CSPRNG.
     /// The port's active MTU: the RoCE MTU of the link the device's
     /// address is on (`PathMtu::for_link_mtu` of the interface's MTU, as
     /// rxe reports its netdev's; 1024 when the interface cannot be told).
@@ -310,6 +309,7 @@ impl Device {
         self.shared().lock_any().engine.config().cm_path_mtu
     }
 
+    /// A random initial PSN from the engine's CSPRNG.
     pub fn random_psn(&self) -> Psn {
         self.shared().lock_any().engine.random_psn()
     }

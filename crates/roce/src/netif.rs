@@ -58,9 +58,9 @@ fn iface_of_v4(table: &str, ip: Ipv4Addr) -> Option<String> {
 fn iface_of_v6(table: &str, ip: Ipv6Addr) -> Option<String> {
     table.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
-        let [addr, .., iface] = f[..] else { return None };
+        let [addr, _, _, _, _, iface] = f[..] else { return None };
         let addr = u128::from_str_radix(addr, 16).ok()?;
-        (f.len() >= 6 && Ipv6Addr::from(addr) == ip).then(|| iface.to_string())
+        (Ipv6Addr::from(addr) == ip).then(|| iface.to_string())
     })
 }
 
