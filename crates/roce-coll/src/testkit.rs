@@ -5,8 +5,11 @@
 //! Each message (data write, credit, send completion) gets a delivery
 //! time `now + delay`, the delay drawn from a seeded generator in
 //! `[min_delay_ns, max_delay_ns]`, then pushed back if needed so that
-//! messages of one QP (source, destination, channel) keep their order, as
-//! RC guarantees; across channels and peers they reorder freely. The
+//! messages of one QP keep their order, as RC guarantees; across QPs they
+//! reorder freely. Per (source, destination, channel) there are two QPs,
+//! as on the real transports: one carries data writes (and their send
+//! completions come back in its order), the other credits, so a credit
+//! may overtake data and data may overtake a credit. The
 //! driver ([`Cluster::run`]) calls the ranks' `progress` in a seeded random
 //! order and advances the virtual clock to the next delivery or deadline
 //! when nothing moves, so a run is a pure function of the seed. A rank can
@@ -72,7 +75,8 @@ pub struct Net {
     max_delay: u64,
     /// Messages in flight, per destination.
     queue: Vec<Vec<Msg>>,
-    /// Last delivery time per (src, dst, channel): RC order.
+    /// Last delivery time per QP (src, dst, channel, data or credit): RC
+    /// order.
     last_at: Vec<u64>,
     channels: usize,
     order: u64,
@@ -100,7 +104,8 @@ impl Net {
 
     fn push(&mut self, src: usize, dst: usize, ch: usize, kind: Kind) {
         let d = self.delay();
-        let qp = (src * self.n + dst) * self.channels + ch;
+        let credit = usize::from(matches!(kind, Kind::Notify { .. }));
+        let qp = ((src * self.n + dst) * self.channels + ch) * 2 + credit;
         let at = (self.now + d).max(self.last_at[qp]);
         self.last_at[qp] = at;
         self.order += 1;
@@ -276,7 +281,7 @@ impl Cluster {
             min_delay: cfg.min_delay_ns,
             max_delay: cfg.max_delay_ns.max(cfg.min_delay_ns),
             queue: (0..n).map(|_| Vec::new()).collect(),
-            last_at: vec![0; n * n * l.channels],
+            last_at: vec![0; n * n * l.channels * 2],
             channels: l.channels,
             order: 0,
             activity: 0,

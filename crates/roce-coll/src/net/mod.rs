@@ -2,8 +2,9 @@
 //!
 //! **Shape.** Every rank opens one `roce` [`Device`] per channel
 //! (`--qps-per-peer`), all bound to the address it reaches the rendezvous
-//! from, each on a free UDP port, and on channel `c` one RC QP to channel
-//! `c` of every peer. A `roce` device sends every QP from its one bound
+//! from, each on a free UDP port, and on channel `c` two RC QPs to channel
+//! `c` of every peer: one for data, one for credits (the trait's rule: a
+//! credit never waits in a send queue behind data). A `roce` device sends every QP from its one bound
 //! port, so one device per channel is what gives each QP of a peer pair its
 //! own UDP source port (the ECMP entropy a fabric hashes on). It is also
 //! the cheapest honest way: a device costs one socket and one driver
@@ -115,7 +116,10 @@ fn auto_spin(ranks_here: usize, cores: usize) -> Duration {
 
 /// One peer on one channel.
 struct Link {
+    /// Data WRITEs, both ways.
     qp: Qp,
+    /// Credits, both ways.
+    credit_qp: Qp,
     /// Where the peer's receive slots for this rank start.
     remote_addr: u64,
     remote_rkey: u32,
@@ -133,7 +137,7 @@ struct Channel {
     /// Indexed by peer rank; `None` for this rank.
     links: Vec<Option<Link>>,
     qpns: Vec<u32>,
-    /// QPN -> peer.
+    /// QPN (data or credit) -> peer.
     peer_of: HashMap<u32, usize>,
 }
 
@@ -220,9 +224,9 @@ impl RoceTransport {
             }
             let dev = Device::open(dc)?;
             let pd = dev.alloc_pd()?;
-            // Per QP at most `slots` data WRITEs and `slots` credits in
-            // flight each way.
-            let wr = (2 * l.slots + 8) as u32;
+            // Per QP at most `slots` WRITEs (data, or credits) in flight
+            // each way.
+            let wr = (l.slots + 8) as u32;
             let cq = dev.create_cq((world * (3 * l.slots + 8)).clamp(64, 1 << 20))?;
             // A zero-byte region cannot be registered: a world of one keeps
             // a token page.
@@ -238,7 +242,10 @@ impl RoceTransport {
                     continue;
                 }
                 let qp = pd.create_qp(QpBuilder::rc(&cq).max_send_wr(wr).max_recv_wr(wr).max_sge(1, 1))?;
+                let credit_qp =
+                    pd.create_qp(QpBuilder::rc(&cq).max_send_wr(wr).max_recv_wr(wr).max_sge(1, 1))?;
                 let ep = qp.endpoint();
+                let cep = credit_qp.endpoint();
                 let pi = if peer < rank { peer } else { peer - 1 };
                 mine.entries.push(wire::Entry {
                     channel: c as u32,
@@ -247,12 +254,16 @@ impl RoceTransport {
                     port: ep.port,
                     qpn: ep.qpn,
                     psn: ep.psn.value(),
+                    credit_qpn: cep.qpn,
+                    credit_psn: cep.psn.value(),
                     addr: recv_mr.addr() + (pi * l.slots * l.slot_bytes) as u64,
                     rkey: recv_mr.rkey(),
                 });
-                qpns.push(qp.qpn());
-                peer_of.insert(qp.qpn(), peer);
-                links.push(Some(Link { qp, remote_addr: 0, remote_rkey: 0 }));
+                for q in [&qp, &credit_qp] {
+                    qpns.push(q.qpn());
+                    peer_of.insert(q.qpn(), peer);
+                }
+                links.push(Some(Link { qp, credit_qp, remote_addr: 0, remote_rkey: 0 }));
             }
             chans.push(Channel { dev, _pd: pd, cq, recv_mr, staging_mr, links, qpns, peer_of });
         }
@@ -285,17 +296,17 @@ impl RoceTransport {
                         ),
                     })?;
                 let link = ch.links[peer].as_mut().expect("a link per peer");
-                let remote = Endpoint {
-                    gid: roce::gid_from_bytes(e.gid),
-                    port: e.port,
-                    qpn: e.qpn,
-                    psn: Psn::new(e.psn),
-                };
+                let gid = roce::gid_from_bytes(e.gid);
+                let remote = Endpoint { gid, port: e.port, qpn: e.qpn, psn: Psn::new(e.psn) };
+                let credit = Endpoint { gid, port: e.port, qpn: e.credit_qpn, psn: Psn::new(e.credit_psn) };
                 link.qp.connect(&remote, &opts)?;
+                link.credit_qp.connect(&credit, &opts)?;
                 link.remote_addr = e.addr;
                 link.remote_rkey = e.rkey;
-                for _ in 0..2 * l.slots + 4 {
-                    link.qp.post_recv(RecvWr { wr_id: RECV_ID, sg_list: vec![] })?;
+                for q in [&link.qp, &link.credit_qp] {
+                    for _ in 0..l.slots + 4 {
+                        q.post_recv(RecvWr { wr_id: RECV_ID, sg_list: vec![] })?;
+                    }
                 }
             }
         }
@@ -456,8 +467,8 @@ impl RoceTransport {
             WcOpcode::RdmaWrite => out.push(Completion::Sent { peer, channel: c, token: wc.wr_id }),
             WcOpcode::RecvRdmaWithImm => {
                 let link = self.chans[c].links[peer].as_ref().expect("a link per peer");
-                link.qp
-                    .post_recv(RecvWr { wr_id: RECV_ID, sg_list: vec![] })
+                let qp = if wc.qp_num == link.credit_qp.qpn() { &link.credit_qp } else { &link.qp };
+                qp.post_recv(RecvWr { wr_id: RECV_ID, sg_list: vec![] })
                     .map_err(|e| TransportError::new(Some(peer), format!("reposting a receive: {e}")))?;
                 let len = wc.byte_len as usize;
                 let l = self.cfg.layout;
@@ -557,7 +568,7 @@ impl Transport for RoceTransport {
         // send-queue entry until a later signalled one completes, and a QP
         // that carries only credits would fill its queue.
         let wr = SendWr::new(NOTIFY_ID, op, vec![]);
-        link.qp.post_send(wr).map_err(|e| {
+        link.credit_qp.post_send(wr).map_err(|e| {
             TransportError::new(Some(peer), format!("posting a credit on channel {channel}: {e}"))
         })
     }

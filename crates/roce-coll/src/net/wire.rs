@@ -1,5 +1,6 @@
 //! What ranks exchange through the rendezvous to connect: per channel and
-//! peer, the QP's endpoint and the receive staging region.
+//! peer, the data and credit QPs' endpoints (one device: one address and
+//! port) and the receive region.
 //! Little-endian, fixed-size entries after a `u32` count.
 
 /// One QP's endpoint and the region the peer writes into.
@@ -12,11 +13,14 @@ pub struct Entry {
     pub port: u16,
     pub qpn: u32,
     pub psn: u32,
+    /// The credit QP (same address and port).
+    pub credit_qpn: u32,
+    pub credit_psn: u32,
     pub addr: u64,
     pub rkey: u32,
 }
 
-const ENTRY: usize = 4 + 4 + 16 + 2 + 4 + 4 + 8 + 4;
+const ENTRY: usize = 4 + 4 + 16 + 2 + 4 + 4 + 4 + 4 + 8 + 4;
 
 /// All of one rank's entries.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,6 +39,8 @@ impl Blob {
             out.extend_from_slice(&e.port.to_le_bytes());
             out.extend_from_slice(&e.qpn.to_le_bytes());
             out.extend_from_slice(&e.psn.to_le_bytes());
+            out.extend_from_slice(&e.credit_qpn.to_le_bytes());
+            out.extend_from_slice(&e.credit_psn.to_le_bytes());
             out.extend_from_slice(&e.addr.to_le_bytes());
             out.extend_from_slice(&e.rkey.to_le_bytes());
         }
@@ -58,8 +64,10 @@ impl Blob {
                 port: u16::from_le_bytes(e[24..26].try_into().expect("2")),
                 qpn: u32_at(26),
                 psn: u32_at(30),
-                addr: u64::from_le_bytes(e[34..42].try_into().expect("8")),
-                rkey: u32_at(42),
+                credit_qpn: u32_at(34),
+                credit_psn: u32_at(38),
+                addr: u64::from_le_bytes(e[42..50].try_into().expect("8")),
+                rkey: u32_at(50),
             });
         }
         Some(Blob { entries })
@@ -80,6 +88,8 @@ mod tests {
                 port: 4791,
                 qpn: 0x12,
                 psn: 0xabcdef,
+                credit_qpn: 0x13,
+                credit_psn: 0x123456,
                 addr: 0xdead_beef_0000,
                 rkey: 9,
             }],

@@ -2,15 +2,17 @@
 //! client host of a [`Mesh`] running the real `roce-proto` engine, and
 //! each of its QPs to a peer is a real RC QP of that engine.
 //!
-//! Per ordered pair of ranks that talk, per channel (`qps_per_peer`), one
-//! RC QP (each with its own UDP source port, drawn by the engine: the
-//! ECMP entropy, IBTA Annex A17.4.2), and per pair one receive region and
-//! one staging region of `channels x slots x slot_bytes`, registered on
-//! the engines. A data message is an RDMA WRITE WITH IMMEDIATE (IBTA vol.
-//! 1 §9.4.3) from the staging region into the peer's receive region, a
-//! credit a zero-length one; every one consumes a receive WQE, which the
-//! transport re-posts when it reaps its completion, so each QP keeps
-//! `2 x slots` posted (data plus credits, the trait's bound).
+//! Per pair of ranks that talk, per channel (`qps_per_peer`), two RC QPs,
+//! one for data and one for credits (the trait's rule: a credit never
+//! waits behind data), each with its own UDP source port, drawn by the
+//! engine (the ECMP entropy, IBTA Annex A17.4.2), and per pair one receive
+//! region and one staging region of `channels x slots x slot_bytes`,
+//! registered on the engines. A data message is an RDMA WRITE WITH
+//! IMMEDIATE (IBTA vol. 1 §9.4.3) from the staging region into the peer's
+//! receive region, a credit a zero-length one on the credit QP; every one
+//! consumes a receive WQE, which the transport re-posts when it reaps its
+//! completion, so each QP keeps `slots` posted (the trait's bound) and a
+//! few more.
 //!
 //! **Connections are made when first used** (the first write or notify
 //! between two ranks creates both sides' QPs and regions, connected at
@@ -65,7 +67,8 @@ fn host_ip(node: NodeId) -> IpAddr {
 
 /// One side of a connected pair.
 struct Peer {
-    qpn: Vec<u32>,
+    /// Per channel: the data QP and the credit QP.
+    qpn: Vec<[u32; 2]>,
     recv_mr: MrKeys,
     recv: Vec<u8>,
     stage_mr: MrKeys,
@@ -81,7 +84,7 @@ pub(crate) struct RankNet {
     pd: PdId,
     cq: CqId,
     peers: Vec<Option<Box<Peer>>>,
-    /// Local QPN -> (peer, channel).
+    /// Local QPN (data or credit) -> (peer, channel).
     qp_of: HashMap<u32, (usize, usize)>,
 }
 
@@ -96,7 +99,7 @@ pub(crate) struct Hosts {
     /// What `slot` shows for a peer that never wrote (never read by the
     /// algorithms, which read a slot only after its arrival).
     wc: Vec<Wc>,
-    /// Connections made so far (QPs on both sides, per channel).
+    /// QPs created so far (both sides, data and credit).
     pub qps: usize,
     /// Copy whole messages (results checked) or headers only (timing).
     pub payload: bool,
@@ -151,19 +154,21 @@ impl Hosts {
         };
         let recv_mr = reg(e).map_err(|x| err("registering a receive region", x))?;
         let stage_mr = reg(e).map_err(|x| err("registering a staging region", x))?;
-        let depth = 2 * l.slots as u32 + 4;
+        let depth = l.slots as u32 + 4;
+        let init = QpInitAttr {
+            qp_type: QpType::Rc,
+            pd,
+            send_cq: cq,
+            recv_cq: cq,
+            srq: None,
+            cap: QpCap { max_send_wr: depth, max_recv_wr: depth, ..QpCap::default() },
+            sq_sig_all: false,
+        };
         let mut qpn = Vec::with_capacity(l.channels);
         for _ in 0..l.channels {
-            let init = QpInitAttr {
-                qp_type: QpType::Rc,
-                pd,
-                send_cq: cq,
-                recv_cq: cq,
-                srq: None,
-                cap: QpCap { max_send_wr: depth, max_recv_wr: depth, ..QpCap::default() },
-                sq_sig_all: false,
-            };
-            qpn.push(e.create_qp(init).map_err(|x| err("creating a QP", x))?);
+            let data = e.create_qp(init).map_err(|x| err("creating a QP", x))?;
+            let credit = e.create_qp(init).map_err(|x| err("creating a QP", x))?;
+            qpn.push([data, credit]);
         }
         Ok(Box::new(Peer {
             qpn,
@@ -187,10 +192,11 @@ impl Hosts {
         (pb.remote_addr, pb.remote_rkey) = (pa.recv_mr.addr, pa.recv_mr.rkey);
         let ips = [host_ip(self.ranks[a].node), host_ip(self.ranks[b].node)];
         let mtu = self.mtu;
-        for ch in 0..self.layout.channels {
-            let qpn = [pa.qpn[ch], pb.qpn[ch]];
-            // Deterministic first PSNs, different per pair and channel.
-            let psn = [a, b].map(|x| ((x * 7919 + (a ^ b) * 104_729 + ch * 31) & 0xff_ffff) as u32);
+        for (ch, kind) in (0..self.layout.channels).flat_map(|ch| [(ch, 0), (ch, 1)]) {
+            let qpn = [pa.qpn[ch][kind], pb.qpn[ch][kind]];
+            // Deterministic first PSNs, different per pair, channel and QP.
+            let psn =
+                [a, b].map(|x| ((x * 7919 + (a ^ b) * 104_729 + ch * 31 + kind * 17) & 0xff_ffff) as u32);
             for (s, (rank, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
                 let o = 1 - s;
                 let attr = ConnectAttr {
@@ -201,7 +207,7 @@ impl Hosts {
                 let e = self.mesh.engine_mut(node);
                 e.connect_qp(qpn[s], &attr)
                     .map_err(|x| TransportError::new(Some(peer), format!("connecting a QP: {x}")))?;
-                for _ in 0..2 * self.layout.slots {
+                for _ in 0..self.layout.slots + 2 {
                     e.post_recv(qpn[s], RecvWr { wr_id: 0, sg_list: Vec::new() })
                         .map_err(|x| TransportError::new(Some(peer), format!("posting a receive: {x}")))?;
                 }
@@ -242,8 +248,8 @@ impl Hosts {
         let op = SendOp::WriteWithImm { remote_addr: p.remote_addr + off as u64, rkey: p.remote_rkey, imm };
         let mut wr = SendWr::new(wr_id, op, sg);
         wr.signaled = true;
-        e.post_send(p.qpn[ch], wr)
-            .map_err(|x| TransportError::new(Some(peer), format!("posting a write: {x}")))?;
+        let qp = p.qpn[ch][usize::from(wr_id == NOTIFY)];
+        e.post_send(qp, wr).map_err(|x| TransportError::new(Some(peer), format!("posting a write: {x}")))?;
         self.mesh.kick_host(node);
         Ok(())
     }
@@ -278,7 +284,7 @@ impl Hosts {
                         let rank = &mut self.ranks[r];
                         let p = rank.peers[peer].as_mut().expect("connected");
                         let e = self.mesh.engine_mut(node);
-                        e.post_recv(p.qpn[ch], RecvWr { wr_id: 0, sg_list: Vec::new() }).map_err(|x| {
+                        e.post_recv(wc.qp_num, RecvWr { wr_id: 0, sg_list: Vec::new() }).map_err(|x| {
                             TransportError::new(Some(peer), format!("re-posting a receive: {x}"))
                         })?;
                         if len > 0 {
