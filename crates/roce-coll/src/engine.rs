@@ -92,6 +92,8 @@ enum Src {
 struct SlotState {
     credit: bool,
     idle: bool,
+    /// The schedule step of the last write from this slot.
+    step: u32,
 }
 
 /// Per-peer link state, kept across calls (the slots are registered once).
@@ -104,7 +106,7 @@ struct Link {
 impl Link {
     fn new(l: &Layout) -> Link {
         Link {
-            slots: vec![vec![SlotState { credit: true, idle: true }; l.slots]; l.channels],
+            slots: vec![vec![SlotState { credit: true, idle: true, step: 0 }; l.slots]; l.channels],
             free: (0..l.channels).map(|_| (0..l.slots).collect()).collect(),
             next_ch: 0,
         }
@@ -125,7 +127,7 @@ impl Link {
         for k in 0..nch {
             let ch = (self.next_ch + k) % nch;
             if let Some(slot) = self.free[ch].pop_front() {
-                self.slots[ch][slot] = SlotState { credit: false, idle: false };
+                self.slots[ch][slot] = SlotState { credit: false, idle: false, step: 0 };
                 self.next_ch = (ch + 1) % nch;
                 return Some((ch, slot));
             }
@@ -191,6 +193,11 @@ struct Run {
     recv_peers: Vec<usize>,
     remaining: usize,
     outstanding: usize,
+    /// With [`Schedule::send_in_order`]: per step, its send messages not
+    /// yet acknowledged; and the lowest step with some (sends of steps
+    /// beyond the next one wait).
+    step_sends: Vec<usize>,
+    open_step: usize,
     last_activity: u64,
     work: Work,
     src: Src,
@@ -404,8 +411,16 @@ impl Engine {
         let mut recvq: Vec<PeerQ> = (0..n).map(|_| PeerQ::default()).collect();
         let mut xs = Vec::with_capacity(sched.xfers.len());
         let mut remaining = 0;
+        let mut step_sends = Vec::new();
         for (i, (x, d)) in sched.xfers.iter().zip(deps).enumerate() {
             let chunks = x.len.div_ceil(chunk_elems).max(1);
+            if sched.send_in_order && x.send {
+                let st = x.step as usize;
+                if step_sends.len() <= st {
+                    step_sends.resize(st + 1, 0);
+                }
+                step_sends[st] += chunks;
+            }
             let q = if x.send { &mut sendq[x.peer] } else { &mut recvq[x.peer] };
             q.items.extend((0..chunks).map(|c| (i, c)));
             remaining += chunks;
@@ -434,6 +449,8 @@ impl Engine {
             recvq,
             remaining,
             outstanding: 0,
+            open_step: step_sends.iter().position(|&c| c > 0).unwrap_or(step_sends.len()),
+            step_sends,
             last_activity: now,
             work,
             src,
@@ -573,6 +590,13 @@ impl Engine {
                 }
                 run.outstanding -= 1;
                 run.sendq[peer].outstanding -= 1;
+                if run.sched.send_in_order {
+                    let st = self.links[peer].slots[channel][slot].step as usize;
+                    run.step_sends[st] -= 1;
+                    while run.open_step < run.step_sends.len() && run.step_sends[run.open_step] == 0 {
+                        run.open_step += 1;
+                    }
+                }
                 self.links[peer].release(channel, slot, false);
             }
             Completion::Arrived { peer, channel, imm } => {
@@ -719,10 +743,13 @@ impl Engine {
                 let (x, c) = run.sendq[peer].items[msg];
                 let xf = run.sched.xfers[x];
                 let (lo, hi) = chunk_range(xf.off, xf.len, run.chunk_elems, c);
-                if !ready(&run.xs, &run.sched, run.chunk_elems, &run.xs[x].deps, lo, hi) {
+                if !ready(&run.xs, &run.sched, run.chunk_elems, &run.xs[x].deps, lo, hi)
+                    || (run.sched.send_in_order && xf.step as usize > run.open_step + 1)
+                {
                     break;
                 }
                 let Some((ch, slot)) = self.links[peer].take() else { break };
+                self.links[peer].slots[ch][slot].step = xf.step;
                 let mut h = run.header;
                 h.msg = msg as u32;
                 h.step = xf.step;
