@@ -145,6 +145,9 @@ struct Shape {
     activations: f64,
     /// Pipeline fill, bytes at link speed.
     fill: f64,
+    /// Bytes reduced on the latency path (a step that waits for the
+    /// previous step's last chunk waits for its reduction too).
+    fill_reduced: f64,
 }
 
 impl Shape {
@@ -162,7 +165,7 @@ impl Shape {
             let busiest = ranks * (self.busiest / bw + self.busiest_reduced / red) / cores;
             data = data.max(host).max(busiest);
         }
-        lat + data + self.fill / bw
+        lat + data + self.fill / bw + self.fill_reduced / red
     }
 }
 
@@ -192,6 +195,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: (nf - 1.0) * s,
             activations: 2.0 * (nf - 1.0) * nf,
             fill: 0.0,
+            fill_reduced: 0.0,
         },
         (OpKind::AllReduce, Algo::Rabenseifner) => Shape {
             steps: 2.0 * lg(pow2) + 2.0 * e,
@@ -200,9 +204,13 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total: 2.0 * (pf - 1.0) * s + 2.0 * rem * s,
             total_reduced: (pf - 1.0) * s + rem * s,
             activations: 2.0 * lg(pow2) * pf + 4.0 * rem,
-            // each halving / doubling step starts a new partner on a chunk
-            // of the previous step's result: one chunk per step in the pipe
-            fill: 2.0 * lg(pow2) * chunk.min(s / pf),
+            // steps do not overlap (`Schedule::step_barrier`): a halving
+            // step starts once the previous one's last chunk is in and
+            // reduced, the step's own transfer streams in chunks (no
+            // chunk-at-link-speed fill, which the chunk-pipelined version
+            // of the schedule paid)
+            fill: 0.0,
+            fill_reduced: lg(pow2) * chunk.min(s / pf),
         },
         (OpKind::AllReduce, Algo::RecursiveDoubling) => Shape {
             steps: lg(pow2) + 2.0 * e,
@@ -212,6 +220,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: lg(pow2) * pf * s + rem * s,
             activations: lg(pow2) * pf + 4.0 * rem,
             fill: 0.0,
+            fill_reduced: 0.0,
         },
         (OpKind::AllReduce, Algo::Tree) => {
             // each tree moves S/2 up and S/2 down; a rank interior in one
@@ -228,6 +237,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: (nf - 1.0) * s,
                 activations: 4.0 * nf,
                 fill: 2.0 * (d - 1.0) * c,
+                fill_reduced: 0.0,
             }
         }
         (OpKind::ReduceScatter, Algo::Ring) | (OpKind::AllGather, Algo::Ring) => {
@@ -240,6 +250,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * nf * (nf - 1.0) * s,
                 activations: (nf - 1.0) * nf,
                 fill: 0.0,
+                fill_reduced: 0.0,
             }
         }
         (OpKind::Broadcast | OpKind::Reduce, Algo::Ring) => {
@@ -253,6 +264,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * (nf - 1.0) * s,
                 activations: nf,
                 fill: (nf - 2.0).max(0.0) * c,
+                fill_reduced: 0.0,
             }
         }
         (OpKind::Broadcast | OpKind::Reduce, Algo::Tree) => {
@@ -267,6 +279,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * (nf - 1.0) * s,
                 activations: 2.0 * nf,
                 fill: (d - 1.0) * c,
+                fill_reduced: 0.0,
             }
         }
         (OpKind::AllToAll, Algo::Pairwise) => Shape {
@@ -277,6 +290,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: 0.0,
             activations: (nf - 1.0) * nf,
             fill: 0.0,
+            fill_reduced: 0.0,
         },
         (OpKind::Barrier, Algo::Dissemination) => {
             let k = lg(n.next_power_of_two());
@@ -288,6 +302,7 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: 0.0,
                 activations: k * nf,
                 fill: 0.0,
+                fill_reduced: 0.0,
             }
         }
         _ => return None,
