@@ -12,8 +12,14 @@ the sizes the CPU budget allows per n (SIZES_<n> overrides them).
 The model (`../shared/collectives-notes.md` s7):
     ring          2(n-1)/n S/B + 2(n-1) alpha
     rabenseifner  2(n-1)/n S/B + 2 lg(n) alpha
-    tree          S/B + 2 lg(n) alpha        (the notes' pipelined double binary tree)
-B is the payload rate of a link: the line rate times payload over wire
+    tree          t(n) S/B + 2 lg(n) alpha
+where t(n) is what the busiest rank of NCCL's double binary tree sends, in
+units of S: half the vector to its parent and to each child, per tree (2
+for every even n >= 4: interior in one tree, 1.5 S, a leaf in the other,
+0.5 S; NCCL: "each GPU sends ~2S"; the notes' "S/B" counts one tree's
+half only). Column `vs 2(n-1)/n`
+is every algorithm against the ring's bandwidth term, the bound no host
+algorithm can beat. B is the payload rate of a link: the line rate times payload over wire
 bytes of one slot message (slot_bytes = 64 KiB with its 64-byte header,
 cut in MTU packets of 86 bytes of Ethernet/IP/UDP/BTH/ICRC each, plus
 RETH and ImmDt once). alpha is measured per (algorithm, n) on a 1 KiB
@@ -36,7 +42,7 @@ SLOT = 64 << 10
 DEFAULT_SIZES = {
     8: ["64KiB", "1MiB", "16MiB", "256MiB"],
     64: ["64KiB", "1MiB", "16MiB", "64MiB"],
-    512: ["64KiB", "1MiB", "4MiB"],
+    512: ["64KiB", "1MiB", "4MiB", "16MiB", "64MiB"],
 }
 
 
@@ -56,8 +62,42 @@ def steps(algo, n):
     return {"ring": 2 * (n - 1), "rabenseifner": 2 * lg, "tree": 2 * lg}[algo]
 
 
+def btree(n, rank):
+    """NCCL's ncclGetBtree (src/graph/trees.cc): (parent, [children])."""
+    bit = 1
+    while bit < n and not bit & rank:
+        bit <<= 1
+    if rank == 0:
+        return None, ([bit >> 1] if n > 1 else [])
+    up = (rank ^ bit) | (bit << 1)
+    if up >= n:
+        up = rank ^ bit
+    low = bit >> 1
+    kids = [rank - low] if low else []
+    while low:
+        if rank + low < n:
+            kids.append(rank + low)
+            break
+        low >>= 1
+    return up, kids
+
+
+def tree_factor(n):
+    """The most any rank sends in the double-tree all-reduce, in units of S:
+    tree 1 is tree 0 mirrored (n even) or shifted by one (n odd)."""
+    best = 0.0
+    for r in range(n):
+        other = (n - 1 - r) if n % 2 == 0 else (r + n - 1) % n
+        sent = 0.0
+        for v in (r, other):
+            parent, kids = btree(n, v)
+            sent += 0.5 * ((parent is not None) + len(kids))
+        best = max(best, sent)
+    return best
+
+
 def bw_factor(algo, n):
-    return 1.0 if algo == "tree" else 2 * (n - 1) / n
+    return tree_factor(n) if algo == "tree" else 2 * (n - 1) / n
 
 
 def run(n, algo, sizes, slots, slot):
@@ -107,12 +147,15 @@ def main():
     ns = [int(x) for x in os.environ.get("NS", "8 64 512").split()]
     algos = os.environ.get("ALGOS", "ring rabenseifner tree").split()
     print(f"# ideal fabric: one switch, 100 Gb/s, 1 us links, lossless, no CC, MTU {MTU}")
-    print(f"# {'n':>4} {'algorithm':>13} {'size':>10} {'measured us':>12} {'model us':>12} {'error %':>8} {'alpha us':>9} {'busbw/line':>10}")
+    print(f"# {'n':>4} {'algorithm':>13} {'size':>10} {'measured us':>12} {'model us':>12} {'error %':>8} {'vs 2(n-1)/n':>11} {'alpha us':>9} {'busbw/line':>10}")
     for n in ns:
         sizes = os.environ.get(f"SIZES_{n}", " ".join(DEFAULT_SIZES.get(n, ["64KiB", "1MiB"]))).split()
         sizes = [os.environ.get("ALPHA_SIZE", "1KiB")] + sizes
-        # Large n: smaller slots, so that every rank's regions fit in memory.
-        slots, slot = (4, SLOT) if n <= 64 else (4, 16 << 10)
+        # Large n: smaller slots, so that every rank's regions fit in memory;
+        # 8 of them, since 4 x 16 KiB in flight is one bandwidth-delay
+        # product (Rabenseifner, 512 ranks, 16 MiB: +19.5% over the model
+        # with 4, +1.9% with 8).
+        slots, slot = (4, SLOT) if n <= 64 else (8, 16 << 10)
         b = payload_rate(slot)
         for algo in algos:
             times, usage = run(n, algo, sizes, slots, slot)
@@ -123,8 +166,10 @@ def main():
                 model = bw_factor(algo, n) * sb / b + steps(algo, n) * alpha
                 t = times[sb] * 1e-6
                 busbw = 2 * (n - 1) / n * sb / t
+                ring_bound = 2 * (n - 1) / n * sb / b + steps(algo, n) * alpha
                 err = "alpha" if sb == s0 else f"{(t - model) / model * 100:+.2f}"
-                print(f"  {n:>4} {algo:>13} {s:>10} {t * 1e6:>12.1f} {model * 1e6:>12.1f} {err:>8} {alpha * 1e6:>9.3f} {busbw / (RATE / 8):>10.3f}")
+                err_ring = "alpha" if sb == s0 else f"{(t - ring_bound) / ring_bound * 100:+.2f}"
+                print(f"  {n:>4} {algo:>13} {s:>10} {t * 1e6:>12.1f} {model * 1e6:>12.1f} {err:>8} {err_ring:>11} {alpha * 1e6:>9.3f} {busbw / (RATE / 8):>10.3f}")
             print(f"#   {usage}", flush=True)
 
 
