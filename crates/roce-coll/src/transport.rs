@@ -174,7 +174,11 @@ pub trait Transport {
     /// Posts a zero-length WRITE WITH IMMEDIATE to `peer` on `channel`'s
     /// credit QP (a credit: never queued behind this rank's data). Its
     /// local completion is not reported (the transport may post it
-    /// unsignalled).
+    /// unsignalled). A full send queue is no error: nothing bounds how
+    /// many credits await their ACKs (those may come back later than the
+    /// data the credits let through, on another path), so the transport
+    /// holds the credit and posts it from a later `poll`, once completions
+    /// have made room. Credits may arrive in any order.
     fn notify(&mut self, peer: usize, channel: usize, imm: u32) -> Result<(), TransportError>;
 
     /// Appends the completions that are ready (possibly none) to `out`.

@@ -48,7 +48,8 @@ pub use roce_proto::cc::{CcAlgorithm, DcqcnParams};
 pub use roce_proto::{
     gid_from_bytes, gid_to_bytes, Access, AddressVector, AsyncEvent, AttrMask, CnpConfig, Counters, CqId,
     DirectionKey, MemBuf, MrAddressing, PathMtu, QpAttr, QpCap, QpKeys, QpRateState, QpState, QpType, RecvWr,
-    SendOp, SendWr, Sge, SrqId, UdDest, Wc, WcOpcode, WcStatus, WC_GRH, WC_WITH_IMM, WC_WITH_INV,
+    SendOp, SendWr, Sge, SrqId, UdDest, VerbsError, Wc, WcOpcode, WcStatus, WorkQueue, WC_GRH, WC_WITH_IMM,
+    WC_WITH_INV,
 };
 pub use roce_wire::Psn;
 pub use udp::SocketBuffers;

@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 
 use roce::{
     alloc_buffer, Access, CcAlgorithm, ConnectOptions, Cq, DcqcnParams, Device, DeviceConfig, Endpoint, Mr,
-    Pd, Psn, Qp, QpBuilder, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus, WC_ZERO,
+    Pd, Psn, Qp, QpBuilder, RecvWr, SendOp, SendWr, VerbsError, Wc, WcOpcode, WcStatus, WorkQueue, WC_ZERO,
 };
 
 use crate::error::TransportError;
@@ -187,6 +187,9 @@ pub struct RoceTransport {
     origin: Instant,
     policy: WaitPolicy,
     pub stats: WaitStats,
+    /// Credits `(channel, peer, imm)` whose credit QP's send queue was
+    /// full, posted by the next `poll` (whose completions make room).
+    credit_backlog: Vec<(usize, usize, u32)>,
 }
 
 fn hint(s: WcStatus) -> &'static str {
@@ -331,6 +334,7 @@ impl RoceTransport {
             cfg,
             policy,
             stats: WaitStats::default(),
+            credit_backlog: Vec::new(),
         })
     }
 
@@ -568,9 +572,19 @@ impl Transport for RoceTransport {
         // send-queue entry until a later signalled one completes, and a QP
         // that carries only credits would fill its queue.
         let wr = SendWr::new(NOTIFY_ID, op, vec![]);
-        link.credit_qp.post_send(wr).map_err(|e| {
-            TransportError::new(Some(peer), format!("posting a credit on channel {channel}: {e}"))
-        })
+        match link.credit_qp.post_send(wr) {
+            Ok(()) => Ok(()),
+            // The queue can fill when the credits' ACKs come back later
+            // than the data the credits let through (they travel another
+            // path); held for the next poll.
+            Err(roce::Error::Verbs(VerbsError::QueueFull(WorkQueue::Send))) => {
+                self.credit_backlog.push((channel, peer, imm));
+                Ok(())
+            }
+            Err(e) => {
+                Err(TransportError::new(Some(peer), format!("posting a credit on channel {channel}: {e}")))
+            }
+        }
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), TransportError> {
@@ -592,6 +606,9 @@ impl Transport for RoceTransport {
                     break;
                 }
             }
+        }
+        for (c, peer, imm) in std::mem::take(&mut self.credit_backlog) {
+            self.notify(peer, c, imm)?;
         }
         Ok(())
     }

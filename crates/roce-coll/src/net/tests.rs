@@ -165,3 +165,26 @@ fn ranks_on_one_host_are_counted_by_address() {
         assert_eq!(p.spin, auto_spin(3, p.cores));
     });
 }
+
+/// More credits than the credit QP's send queue holds (`slots + 8` = 12):
+/// `notify` holds the rest and `poll` posts them as completions make room;
+/// all 40 arrive, none fails.
+#[test]
+fn credits_beyond_the_queue_are_held_then_delivered() {
+    pair(1, |t| {
+        let peer = 1 - t.rank();
+        for k in 0..40 {
+            t.notify(peer, 0, Imm::credit(k % 4)).unwrap();
+        }
+        let mut out = Vec::new();
+        collect(t, &mut out, |o| o.iter().filter(|c| is_credit(c)).count() >= 40);
+        assert_eq!(out.iter().filter(|c| is_credit(c)).count(), 40);
+        // the peer's 40 came in; let ours finish before the QPs go
+        let deadline = t.now_ns() + 2_000_000_000;
+        while !t.credit_backlog.is_empty() && t.now_ns() < deadline {
+            t.wait(t.now_ns() + 10_000_000).unwrap();
+            t.poll(&mut out).unwrap();
+        }
+        assert!(t.credit_backlog.is_empty());
+    });
+}

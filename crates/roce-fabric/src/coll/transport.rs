@@ -46,7 +46,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use roce_coll::{data_slot, Completion, Layout, Transport, TransportError, HEADER_BYTES};
 use roce_proto::{
     AddressVector, ConnectAttr, CqId, Engine, MemBuf, MrKeys, MrSpec, PathMtu, PdId, QpCap, QpInitAttr,
-    QpType, RecvWr, SendOp, SendWr, Sge, Wc, WcOpcode, WcStatus,
+    QpType, RecvWr, SendOp, SendWr, Sge, VerbsError, Wc, WcOpcode, WcStatus,
 };
 use roce_wire::Psn;
 
@@ -86,6 +86,9 @@ pub(crate) struct RankNet {
     peers: Vec<Option<Box<Peer>>>,
     /// Local QPN (data or credit) -> (peer, channel).
     qp_of: HashMap<u32, (usize, usize)>,
+    /// Credits `(peer, channel, imm)` whose QP's send queue was full,
+    /// posted when its completions make room.
+    credit_backlog: Vec<(usize, usize, u32)>,
 }
 
 /// Every rank's host, on one fabric.
@@ -116,7 +119,14 @@ impl Hosts {
                 let e = mesh.engine_mut(node);
                 let pd = e.alloc_pd();
                 let cq = e.create_cq(CQ_DEPTH).expect("a CQ within the engine's limit");
-                RankNet { node, pd, cq, peers: (0..n).map(|_| None).collect(), qp_of: HashMap::new() }
+                RankNet {
+                    node,
+                    pd,
+                    cq,
+                    peers: (0..n).map(|_| None).collect(),
+                    qp_of: HashMap::new(),
+                    credit_backlog: Vec::new(),
+                }
             })
             .collect();
         let mut rank_of_node = vec![usize::MAX; nodes.iter().max().map_or(0, |&m| m + 1)];
@@ -249,7 +259,17 @@ impl Hosts {
         let mut wr = SendWr::new(wr_id, op, sg);
         wr.signaled = true;
         let qp = p.qpn[ch][usize::from(wr_id == NOTIFY)];
-        e.post_send(qp, wr).map_err(|x| TransportError::new(Some(peer), format!("posting a write: {x}")))?;
+        match e.post_send(qp, wr) {
+            Ok(()) => {}
+            // A credit QP's queue can fill: its ACKs may come back later
+            // than the data the credits let through (another ECMP path).
+            // Held, and posted when completions make room (`reap`).
+            Err(VerbsError::QueueFull(_)) if wr_id == NOTIFY => {
+                self.ranks[r].credit_backlog.push((peer, ch, imm));
+                return Ok(());
+            }
+            Err(x) => return Err(TransportError::new(Some(peer), format!("posting a write: {x}"))),
+        }
         self.mesh.kick_host(node);
         Ok(())
     }
@@ -315,9 +335,14 @@ impl Hosts {
                 }
             }
             if n < self.wc.len() {
-                return Ok(());
+                break;
             }
         }
+        // credits held for a full queue: the completions just reaped made room
+        for (peer, ch, imm) in std::mem::take(&mut self.ranks[r].credit_backlog) {
+            self.post(r, peer, ch, 0, 0, imm, NOTIFY)?;
+        }
+        Ok(())
     }
 
     /// Rank `r`'s transport.
