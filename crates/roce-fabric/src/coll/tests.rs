@@ -150,14 +150,17 @@ in_place_only = true
 check = false
 "#);
     let res = run(&w, 0, None).unwrap();
-    let slot = 65536.0;
-    let b = 100e9 / 8.0 * (slot - 64.0) / (slot + 86.0 * 16.0 + 20.0);
-    let steps = 2.0 * (n - 1.0);
-    let bw = |s: f64| 2.0 * (n - 1.0) / n * s / b;
+    assert_meets_the_model(&res, n, 2.0 * (n - 1.0), 8.0 * 1048576.0);
+}
+
+/// Row 0 of `res` is a 1 KiB call, which gives alpha; row 1, of `bytes`,
+/// must take 2(n-1)/n S/B + steps x alpha within 1% (B: [`slot_rate`]).
+fn assert_meets_the_model(res: &CollResult, n: f64, steps: f64, bytes: f64) {
+    let bw = |s: f64| 2.0 * (n - 1.0) / n * s / slot_rate();
     let t = |i: usize| res.rows[i].in_place.time_us * 1e-6;
     let alpha = (t(0) - bw(1024.0)) / steps;
     assert!(alpha > 1e-6 && alpha < 5e-6, "alpha {alpha}");
-    let model = bw(8.0 * 1048576.0) + steps * alpha;
+    let model = bw(bytes) + steps * alpha;
     let err = (t(1) - model) / model;
     assert!(err.abs() < 0.01, "measured {} us, model {} us", t(1) * 1e6, model * 1e6);
 }
@@ -212,16 +215,8 @@ fn ranks_that_send_to_each_other_keep_their_links_full() {
 /// across its steps it ran 29% over.
 #[test]
 fn rabenseifner_on_an_ideal_fabric_meets_the_analytic_model() {
-    let n = 8.0;
     let res = run(&ideal(8, "rabenseifner", "\"1KiB\", \"8MiB\"", ""), 0, None).unwrap();
-    let bw = |s: f64| 2.0 * (n - 1.0) / n * s / slot_rate();
-    let t = |i: usize| res.rows[i].in_place.time_us * 1e-6;
-    let steps = 2.0 * 3.0;
-    let alpha = (t(0) - bw(1024.0)) / steps;
-    assert!(alpha > 1e-6 && alpha < 5e-6, "alpha {alpha}");
-    let model = bw(8.0 * 1048576.0) + steps * alpha;
-    let err = (t(1) - model) / model;
-    assert!(err.abs() < 0.01, "measured {} us, model {} us", t(1) * 1e6, model * 1e6);
+    assert_meets_the_model(&res, 8.0, 2.0 * 3.0, 8.0 * 1048576.0);
 }
 
 /// A rank that enters last holds every step's data at once; posted
