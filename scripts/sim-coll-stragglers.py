@@ -12,7 +12,8 @@ links, 1 us, lossless, MTU 4096):
             8, 64, 512: mean iteration inflation against c_n sigma, c_n the
             expected maximum of n standard normals.
   halfrate  one host link at half rate: ring busbw against the healthy
-            fabric, n = 8, 64 (and 512 with SIZE_512); theory: x0.5.
+            fabric, n = 8, 64 (16 MiB) and 512 (SIZE_512, default 64 MiB:
+            about 4 min of CPU); theory: x0.5.
   ecmp      k = 8 fat-tree (128 hosts), ranks placed at random, ring
             all-reduce with 1, 4 and 16 QPs per peer: busbw and the busiest
             switch-to-switch link over the mean.
@@ -135,10 +136,13 @@ def sim_iters(body):
 def halfrate():
     print("\n## halfrate: one host link at half rate (ring all-reduce)")
     print(f"# {'n':>5} {'size':>8} {'busbw healthy':>14} {'busbw slow':>11} {'ratio':>7}")
-    for n, size in [(8, "16MiB"), (64, "16MiB"), (512, os.environ.get("SIZE_512", "2MiB"))]:
+    for n, size in [(8, "16MiB"), (64, "16MiB"), (512, os.environ.get("SIZE_512", "64MiB"))]:
         bws = []
+        # 8 slots of 16 KiB at 512 ranks: 4 are one bandwidth-delay product,
+        # which would hold the healthy ring under line rate (0.74 x)
+        extra = slots_for(n) + ("slots = 8\n" if n > 64 else "")
         for slow in ["", "[[slow_link]]\nrank = 0\nfraction = 0.5\n"]:
-            rows, _, _, _, _ = sim(switch(n) + slow + coll(size=size, iters=1, extra=slots_for(n)))
+            rows, _, _, _, _ = sim(switch(n) + slow + coll(size=size, iters=1, extra=extra))
             bws.append(rows[0]["busbw"])
         print(f"  {n:>5} {size:>8} {bws[0]:>14.2f} {bws[1]:>11.2f} {bws[1] / bws[0]:>7.3f}")
 
