@@ -16,7 +16,7 @@ use serde_json::Value;
 
 #[path = "support/child.rs"]
 mod child;
-use child::{finish, json_of, roce_in, sh};
+use child::{finish, json_of, roce_in, sh, stdout_of};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const WRITES: u64 = 50;
@@ -78,13 +78,7 @@ impl Net {
             "ibv_devinfo",
             LIMIT,
         );
-        let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            o.status.success(),
-            "ibv_devinfo: {:?}\n{out}\n{}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let out = stdout_of(&o, "ibv_devinfo");
         out.lines()
             .find(|l| l.contains("active_mtu:"))
             .unwrap_or_else(|| panic!("no active_mtu in\n{out}"))

@@ -145,9 +145,6 @@ struct Shape {
     activations: f64,
     /// Pipeline fill, bytes at link speed.
     fill: f64,
-    /// Bytes reduced on the latency path (a step that waits for the
-    /// previous step's last chunk waits for its reduction too).
-    fill_reduced: f64,
 }
 
 impl Shape {
@@ -165,7 +162,7 @@ impl Shape {
             let busiest = ranks * (self.busiest / bw + self.busiest_reduced / red) / cores;
             data = data.max(host).max(busiest);
         }
-        lat + data + self.fill / bw + self.fill_reduced / red
+        lat + data + self.fill / bw
     }
 }
 
@@ -195,7 +192,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: (nf - 1.0) * s,
             activations: 2.0 * (nf - 1.0) * nf,
             fill: 0.0,
-            fill_reduced: 0.0,
         },
         (OpKind::AllReduce, Algo::Rabenseifner) => Shape {
             steps: 2.0 * lg(pow2) + 2.0 * e,
@@ -206,11 +202,11 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             activations: 2.0 * lg(pow2) * pf + 4.0 * rem,
             // steps do not overlap (`Schedule::step_barrier`): a halving
             // step starts once the previous one's last chunk is in and
-            // reduced, the step's own transfer streams in chunks (no
-            // chunk-at-link-speed fill, which the chunk-pipelined version
-            // of the schedule paid)
-            fill: 0.0,
-            fill_reduced: lg(pow2) * chunk.min(s / pf),
+            // reduced, the step's own transfer streams in chunks. So the
+            // fill is one chunk's reduction per halving step (in bytes at
+            // link speed), not a chunk crossing the link, which the
+            // chunk-pipelined version of the schedule paid.
+            fill: lg(pow2) * chunk.min(s / pf) * p.link_bytes_per_s / p.reduce_bytes_per_s,
         },
         (OpKind::AllReduce, Algo::RecursiveDoubling) => Shape {
             steps: lg(pow2) + 2.0 * e,
@@ -220,7 +216,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: lg(pow2) * pf * s + rem * s,
             activations: lg(pow2) * pf + 4.0 * rem,
             fill: 0.0,
-            fill_reduced: 0.0,
         },
         (OpKind::AllReduce, Algo::Tree) => {
             // each tree moves S/2 up and S/2 down; a rank interior in one
@@ -237,7 +232,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: (nf - 1.0) * s,
                 activations: 4.0 * nf,
                 fill: 2.0 * (d - 1.0) * c,
-                fill_reduced: 0.0,
             }
         }
         (OpKind::ReduceScatter, Algo::Ring) | (OpKind::AllGather, Algo::Ring) => {
@@ -250,7 +244,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * nf * (nf - 1.0) * s,
                 activations: (nf - 1.0) * nf,
                 fill: 0.0,
-                fill_reduced: 0.0,
             }
         }
         (OpKind::Broadcast | OpKind::Reduce, Algo::Ring) => {
@@ -264,7 +257,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * (nf - 1.0) * s,
                 activations: nf,
                 fill: (nf - 2.0).max(0.0) * c,
-                fill_reduced: 0.0,
             }
         }
         (OpKind::Broadcast | OpKind::Reduce, Algo::Tree) => {
@@ -279,7 +271,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: r * (nf - 1.0) * s,
                 activations: 2.0 * nf,
                 fill: (d - 1.0) * c,
-                fill_reduced: 0.0,
             }
         }
         (OpKind::AllToAll, Algo::Pairwise) => Shape {
@@ -290,7 +281,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
             total_reduced: 0.0,
             activations: (nf - 1.0) * nf,
             fill: 0.0,
-            fill_reduced: 0.0,
         },
         (OpKind::Barrier, Algo::Dissemination) => {
             let k = lg(n.next_power_of_two());
@@ -302,7 +292,6 @@ pub fn predict(op: OpKind, algo: Algo, bytes: usize, n: usize, p: &Params) -> Op
                 total_reduced: 0.0,
                 activations: k * nf,
                 fill: 0.0,
-                fill_reduced: 0.0,
             }
         }
         _ => return None,

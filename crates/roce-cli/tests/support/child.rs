@@ -30,10 +30,16 @@ pub fn finish(mut child: Child, what: &str, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// What a run printed, which must have succeeded.
+pub fn stdout_of(o: &Output, what: &str) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{what}: {:?}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 /// The JSON a successful run printed.
 pub fn json_of(o: &Output, what: &str) -> Value {
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{what}: {:?}\n{out}\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+    let out = stdout_of(o, what);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}):\n{out}"))
 }
 

@@ -4,9 +4,10 @@
 //! (`--qps-per-peer`), all bound to the address it reaches the rendezvous
 //! from, each on a free UDP port, and on channel `c` two RC QPs to channel
 //! `c` of every peer: one for data, one for credits (the trait's rule: a
-//! credit never waits in a send queue behind data). A `roce` device sends every QP from its one bound
-//! port, so one device per channel is what gives each QP of a peer pair its
-//! own UDP source port (the ECMP entropy a fabric hashes on). It is also
+//! credit never waits in a send queue behind data). A `roce` device sends
+//! every QP from its one bound port, so one device per channel is what
+//! gives each channel of a peer pair its own UDP source port (the ECMP
+//! entropy a fabric hashes on). It is also
 //! the cheapest honest way: a device costs one socket and one driver
 //! thread, and nothing else in `roce` varies the source port.
 //!
