@@ -5,15 +5,17 @@
 //!
 //! * [`workload`]: the TOML workload (`[[collective]]`, topology, faults).
 //! * [`transport`]: `roce_coll::Transport` on a host's engine.
+//! * [`agg`]: in-network all-reduce, the switches aggregating.
 //! * [`run`]: the driver (compute phases as timed delays, iterations,
 //!   the figures nccl-tests prints plus iteration percentiles).
 
+pub mod agg;
 pub mod run;
 pub mod transport;
 pub mod workload;
 
 pub use run::{cost_params, fabric_of, run, CollResult, DataCheck, Half, SizeRow};
-pub use workload::{CollSpec, Compute, Topology, Workload};
+pub use workload::{CollSpec, Compute, SimAlgo, Topology, Workload};
 
 use crate::scenario::{ScenarioError, Time};
 
@@ -40,6 +42,14 @@ pub enum CollSimError {
         #[source]
         source: roce_coll::Error,
     },
+    #[error("{who}: {source}")]
+    Aggregation {
+        who: String,
+        #[source]
+        source: agg::AggError,
+    },
+    #[error(transparent)]
+    AggTree(#[from] agg::TreeError),
     #[error("nothing left to simulate at {at_ps} ps and the ranks are not done")]
     Stuck { at_ps: Time },
 }

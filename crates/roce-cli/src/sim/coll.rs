@@ -135,6 +135,12 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
         if f.dcqcn { "dcqcn" } else { "none" },
         w.seed
     );
+    if let Some((nodes, depth)) = r.aggregation {
+        out += &format!(
+            "# The switches aggregate: {nodes} aggregation nodes, a tree of {depth} levels, each a pool of {} slots of {} B\n",
+            s.slots, s.slot_bytes
+        );
+    }
     out += &format!(
         "# {} QPs per peer, {} slots of {} B, compute mean {} ns sigma {} ns",
         s.qps_per_peer,
@@ -148,6 +154,9 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
     }
     for l in &f.slow_links {
         out += &format!(", rank {}'s link at {}x", l.rank, l.fraction);
+    }
+    for l in &f.lossy_links {
+        out += &format!(", rank {}'s link loses {}", l.rank, l.loss);
     }
     for st in &f.nic_stalls {
         out += &format!(", rank {}'s NIC stalls at {} ns", st.rank, st.at_ps / 1000);
@@ -252,6 +261,36 @@ compute = { mean = "5us", sigma = "1us" }
         assert_ne!(a, text(4).0);
         assert!(a.contains("# Out of bounds values : 0 OK"), "{a}");
         assert!(a.contains("bfloat16"), "{a}");
+    }
+
+    /// In-network aggregation, every type and reduction, with the real
+    /// tool's test values: 5 ranks over two pods of a k = 4 fat-tree,
+    /// sizes of one chunk and of several, not a multiple of the chunk.
+    #[test]
+    fn the_switches_aggregate_every_type_and_reduction_right() {
+        let mut text = String::from("[topology]\nkind = \"fat-tree\"\nk = 4\n");
+        let types = ["float", "double", "half", "bfloat16", "int32", "int64", "uint8"];
+        let ops = ["sum", "prod", "min", "max", "avg"];
+        for t in types {
+            for o in ops {
+                text += &format!(
+                    "[[collective]]\nalgo = \"switch\"\ntype = \"{t}\"\nredop = \"{o}\"\nranks = 5\n\
+                     sizes = [\"8B\", \"20000B\"]\niterations = 1\nslots = 2\nslot_bytes = \"4KiB\"\ncheck = true\n"
+                );
+            }
+        }
+        let w = workload::from_str(&text, Path::new(".")).unwrap();
+        for i in 0..w.collectives.len() {
+            let r = coll::run(&w, i, Some(&Check)).unwrap();
+            let wrong: u64 = r
+                .rows
+                .iter()
+                .flat_map(|row| [row.out_of_place.as_ref().and_then(|h| h.wrong), row.in_place.wrong])
+                .map(|x| x.expect("checked"))
+                .sum();
+            let c = &w.collectives[i];
+            assert_eq!(wrong, 0, "{:?} {:?}", c.dtype, c.redop);
+        }
     }
 
     #[test]

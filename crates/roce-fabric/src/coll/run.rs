@@ -25,8 +25,9 @@
 use roce_coll::{Algo, Buffers, Config, Engine, Layout, OpDesc, OpKind, Poll};
 use roce_proto::Engine as NicEngine;
 
+use super::agg::{AggTree, Aggregator, Child, Member};
 use super::transport::Hosts;
-use super::workload::{CollSpec, Topology, Workload};
+use super::workload::{CollSpec, SimAlgo, Topology, Workload};
 use super::CollSimError;
 use crate::hooks::NoHooks;
 use crate::mesh::Mesh;
@@ -62,7 +63,7 @@ pub struct SizeRow {
     /// nccl-tests' size and count columns.
     pub bytes: usize,
     pub count: usize,
-    pub algo: Algo,
+    pub algo: SimAlgo,
     pub out_of_place: Option<Half>,
     pub in_place: Half,
 }
@@ -90,6 +91,9 @@ pub struct CollResult {
     pub trunk_imbalance: f64,
     pub dropped: u64,
     pub pfc_pauses: u64,
+    /// With `algo = "switch"`: the aggregation nodes and the tree's
+    /// levels.
+    pub aggregation: Option<(usize, usize)>,
 }
 
 /// The fabric of a workload and the nodes of its hosts, in order.
@@ -169,6 +173,44 @@ fn normal(rng: &mut SimRng, mean: Time, sigma: Time) -> Time {
     (mean as f64 + z * sigma as f64).max(0.0) as Time
 }
 
+/// A rank's side of a call: the library's engine, or a member of the
+/// switches' aggregation.
+enum Caller {
+    Host(Box<Engine>),
+    Switch(Member),
+}
+
+impl Caller {
+    fn start<T: roce_coll::Transport>(
+        &mut self,
+        t: &mut T,
+        desc: OpDesc,
+        b: &mut Buffers,
+        r: usize,
+    ) -> Result<(), CollSimError> {
+        match self {
+            Caller::Host(e) => e.start(t, desc, b).map_err(|e| CollSimError::Rank { rank: r, source: e }),
+            Caller::Switch(m) => m
+                .start(t, &desc, b)
+                .map_err(|e| CollSimError::Aggregation { who: format!("rank {r}"), source: e }),
+        }
+    }
+
+    fn progress<T: roce_coll::Transport>(
+        &mut self,
+        t: &mut T,
+        b: &mut Buffers,
+        r: usize,
+    ) -> Result<Poll, CollSimError> {
+        match self {
+            Caller::Host(e) => e.progress(t, b).map_err(|e| CollSimError::Rank { rank: r, source: e }),
+            Caller::Switch(m) => m
+                .progress(t, b)
+                .map_err(|e| CollSimError::Aggregation { who: format!("rank {r}"), source: e }),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Idle,
@@ -203,6 +245,15 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         let l = link_of(&scn, node).expect("a host has a link");
         scn.links[l].rate_bps = ((scn.links[l].rate_bps as f64 * s.fraction) as u64).max(1);
     }
+    for s in &w.fabric.lossy_links {
+        let node = *nodes.get(s.rank).ok_or(CollSimError::FaultRank {
+            what: "lossy_link",
+            rank: s.rank,
+            ranks: n,
+        })?;
+        let l = link_of(&scn, node).expect("a host has a link");
+        scn.links[l].loss = s.loss;
+    }
     for s in &w.fabric.nic_stalls {
         let host = *nodes.get(s.rank).ok_or(CollSimError::FaultRank {
             what: "nic_stall",
@@ -220,23 +271,53 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         }
     }
     let layout = Layout { channels: spec.qps_per_peer, slots: spec.slots, slot_bytes: spec.slot_bytes };
-    let mut engines: Vec<(NodeId, NicEngine)> = Vec::with_capacity(n);
-    for &node in &nodes {
+    // In-network aggregation: an aggregation node in each switch of the
+    // tree, endpoints n.. after the ranks.
+    let tree = match spec.algo {
+        SimAlgo::Switch => Some(AggTree::build(&scn, &nodes)?),
+        SimAlgo::Host(_) => None,
+    };
+    let agg_nodes = tree.as_ref().map(|t| t.attach(&mut scn)).unwrap_or_default();
+    let agg_names: Vec<String> = tree
+        .as_ref()
+        .map(|t| t.switch.iter().map(|&s| scn.nodes[s].name.clone()).collect())
+        .unwrap_or_default();
+    let endpoints: Vec<NodeId> = nodes.iter().chain(&agg_nodes).copied().collect();
+    let mut engines: Vec<(NodeId, NicEngine)> = Vec::with_capacity(endpoints.len());
+    for &node in &endpoints {
         let l = link_of(&scn, node).expect("a host has a link");
         engines.push((node, crate::sim::host_engine(&scn, node, scn.links[l].rate_bps)?));
     }
     let topology = scn.name.clone();
     let hosts_total = host_nodes.len();
     let mesh = Mesh::on_fabric(scn, engines, SimRng::new(w.seed).fork("links"), NoHooks)?;
-    let mut hosts = Hosts::new(mesh, &nodes, layout, w.fabric.mtu);
+    let mut hosts = Hosts::new(mesh, &endpoints, layout, w.fabric.mtu);
     let mut colls = Vec::with_capacity(n);
-    for r in 0..n {
-        let mut cfg = Config::new(r, n);
-        cfg.layout = layout;
-        cfg.cost = cost_params(w, &layout);
-        cfg.timeout_ns = 1_000_000_000;
-        colls.push(Engine::new(cfg).map_err(CollSimError::Coll)?);
+    let mut aggs = Vec::new();
+    if let Some(t) = &tree {
+        for r in 0..n {
+            colls.push(Caller::Switch(Member::new(n + t.leaf_of[r], n, layout)));
+        }
+        for a in 0..t.len() {
+            let children = t.children[a]
+                .iter()
+                .map(|&c| match c {
+                    Child::Rank(r) => r,
+                    Child::Node(b) => n + b,
+                })
+                .collect();
+            aggs.push(Aggregator::new(children, t.parent[a].map(|p| n + p), layout));
+        }
+    } else {
+        for r in 0..n {
+            let mut cfg = Config::new(r, n);
+            cfg.layout = layout;
+            cfg.cost = cost_params(w, &layout);
+            cfg.timeout_ns = 1_000_000_000;
+            colls.push(Caller::Host(Box::new(Engine::new(cfg).map_err(CollSimError::Coll)?)));
+        }
     }
+
     let mut rng = SimRng::new(w.seed).fork("compute");
     let mut last_in = vec![0u64; n];
     let mut rows = Vec::new();
@@ -247,11 +328,25 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
             OpKind::ReduceScatter | OpKind::AllGather | OpKind::AllToAll => (elems / n, elems / n * n),
             _ => (elems, elems),
         };
-        let desc = OpDesc::new(spec.op, spec.dtype, count).redop(spec.redop).algo(spec.algo);
-        let algo = colls[0].resolve(&desc);
+        let desc = OpDesc::new(spec.op, spec.dtype, count).redop(spec.redop).algo(match spec.algo {
+            SimAlgo::Host(a) => a,
+            SimAlgo::Switch => Algo::Auto,
+        });
+        let algo = match &colls[0] {
+            Caller::Host(e) => SimAlgo::Host(e.resolve(&desc)),
+            Caller::Switch(_) => SimAlgo::Switch,
+        };
         let checked = check.is_some()
             && spec.check.unwrap_or((desc.send_bytes(n) + desc.recv_bytes(n)) * n <= 256 << 20);
         hosts.payload = checked;
+        for c in &mut colls {
+            if let Caller::Switch(m) = c {
+                m.payload = checked;
+            }
+        }
+        for a in &mut aggs {
+            a.compute = checked;
+        }
         let mut halves = Vec::new();
         for in_place in [false, true] {
             if !in_place && spec.in_place_only {
@@ -260,6 +355,8 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
             let mut d = Driver {
                 hosts: &mut hosts,
                 colls: &mut colls,
+                aggs: &mut aggs,
+                agg_names: &agg_names,
                 spec: &spec,
                 desc,
                 n,
@@ -302,13 +399,18 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         qps: hosts.qps,
         dropped: c.dropped_buffer + c.dropped_link,
         pfc_pauses: c.pfc_pause_sent,
+        aggregation: tree.as_ref().map(|t| (t.len(), t.depth())),
     })
 }
 
 /// One half's run.
 struct Driver<'a> {
     hosts: &'a mut Hosts,
-    colls: &'a mut Vec<Engine>,
+    colls: &'a mut Vec<Caller>,
+    /// The switches' aggregation nodes (endpoints `n..`), and their
+    /// switches' names.
+    aggs: &'a mut Vec<Aggregator>,
+    agg_names: &'a [String],
     spec: &'a CollSpec,
     desc: OpDesc,
     n: usize,
@@ -381,20 +483,27 @@ impl Driver<'_> {
             }
             start[r][0] = t0 + c;
         }
-        let mut seen = vec![false; n];
+        let mut seen = vec![false; n + self.aggs.len()];
         while finished < n {
             todo.sort_unstable();
             todo.dedup();
             let now = self.hosts.mesh.now();
             for &r in &todo {
+                if r >= n {
+                    let a = r - n;
+                    let mut t = self.hosts.view(r);
+                    self.aggs[a].progress(&mut t).map_err(|e| CollSimError::Aggregation {
+                        who: format!("the aggregation node of switch {}", self.agg_names[a]),
+                        source: e,
+                    })?;
+                    continue;
+                }
                 loop {
                     let k = iter[r];
                     match phase[r] {
                         Phase::Computing if now >= start[r][k] => {
                             let mut t = self.hosts.view(r);
-                            self.colls[r]
-                                .start(&mut t, desc, &mut bufs.get(r, in_place))
-                                .map_err(|e| CollSimError::Rank { rank: r, source: e })?;
+                            self.colls[r].start(&mut t, desc, &mut bufs.get(r, in_place), r)?;
                             start[r][k] = now;
                             phase[r] = Phase::InCall;
                         }
@@ -402,7 +511,7 @@ impl Driver<'_> {
                         _ => break,
                     }
                     let mut t = self.hosts.view(r);
-                    match self.colls[r].progress(&mut t, &mut bufs.get(r, in_place)) {
+                    match self.colls[r].progress(&mut t, &mut bufs.get(r, in_place), r) {
                         Ok(Poll::Pending { deadline_ns }) => {
                             deadline[r] = deadline_ns;
                             break;
@@ -434,7 +543,7 @@ impl Driver<'_> {
                                 break;
                             }
                         }
-                        Err(e) => return Err(CollSimError::Rank { rank: r, source: e }),
+                        Err(e) => return Err(e),
                     }
                 }
             }

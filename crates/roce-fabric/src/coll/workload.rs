@@ -28,6 +28,10 @@
 //! rank = 3
 //! fraction = 0.5
 //!
+//! [[lossy_link]]                 # the host link of `rank` loses frames (each way)
+//! rank = 2
+//! loss = 0.01
+//!
 //! [[nic_stall]]                  # `rank`'s NIC stops draining (a PFC storm)
 //! rank = 5
 //! at = "100us"
@@ -38,12 +42,13 @@
 //!                                # broadcast, reduce, all-to-all
 //! type = "float"                 # nccl-tests names (float, half, bfloat16, int32, ...)
 //! redop = "sum"
-//! algo = "auto"                  # ring, rabenseifner, tree, rd, ... or auto (the cost model)
+//! algo = "auto"                  # ring, rabenseifner, tree, rd, ... or auto (the cost model),
+//!                                # or "switch": the switches aggregate (all-reduce only)
 //! sizes = ["64KiB", "1MiB"]      # or size = "1MiB"; bytes per rank
 //! ranks = 8                      # default: every host
 //! qps_per_peer = 1
-//! slots = 4                      # receive slots per (peer, QP)
-//! slot_bytes = "64KiB"
+//! slots = 4                      # receive slots per (peer, QP); algo = "switch": each
+//! slot_bytes = "64KiB"           #   switch's pool of aggregation slots
 //! iterations = 5
 //! check = true                   # check the results (default: when all ranks' buffers fit in 256 MiB)
 //! in_place_only = false          # skip the out-of-place half
@@ -60,6 +65,33 @@ use serde::Deserialize;
 use crate::scenario::{bad_value, invalid, ScenarioError, Time};
 use crate::toml_scenario::units::{self, Qty};
 
+/// The algorithm of a `[[collective]]`: the hosts' (the real library's),
+/// or the switches' in-network aggregation ([`super::agg`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimAlgo {
+    Host(Algo),
+    Switch,
+}
+
+impl SimAlgo {
+    pub fn name(self) -> &'static str {
+        match self {
+            SimAlgo::Host(a) => a.name(),
+            SimAlgo::Switch => "switch",
+        }
+    }
+}
+
+impl std::str::FromStr for SimAlgo {
+    type Err = String;
+    fn from_str(s: &str) -> Result<SimAlgo, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "switch" | "in-network" | "sharp" => Ok(SimAlgo::Switch),
+            _ => s.parse().map(SimAlgo::Host).map_err(|e: roce_coll::ParseError| format!("{e}, or switch")),
+        }
+    }
+}
+
 /// Where the hosts come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Topology {
@@ -74,6 +106,14 @@ pub enum Topology {
 pub struct SlowLink {
     pub rank: usize,
     pub fraction: f64,
+}
+
+/// A host link that loses frames at random (each direction, from the
+/// workload's seed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LossyLink {
+    pub rank: usize,
+    pub loss: f64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -96,6 +136,7 @@ pub struct Fabric {
     pub buffer_bytes: Option<u64>,
     pub random_placement: bool,
     pub slow_links: Vec<SlowLink>,
+    pub lossy_links: Vec<LossyLink>,
     pub nic_stalls: Vec<NicStall>,
 }
 
@@ -114,7 +155,7 @@ pub struct CollSpec {
     pub op: OpKind,
     pub dtype: DataType,
     pub redop: RedOp,
-    pub algo: Algo,
+    pub algo: SimAlgo,
     /// Bytes per rank (nccl-tests' size column).
     pub sizes: Vec<u64>,
     /// `None`: every host.
@@ -166,6 +207,13 @@ struct FFabric {
 struct FSlow {
     rank: usize,
     fraction: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FLossy {
+    rank: usize,
+    loss: f64,
 }
 
 #[derive(Deserialize)]
@@ -223,6 +271,8 @@ struct FWorkload {
     fabric: FFabric,
     #[serde(default)]
     slow_link: Vec<FSlow>,
+    #[serde(default)]
+    lossy_link: Vec<FLossy>,
     #[serde(default)]
     nic_stall: Vec<FStall>,
     #[serde(default)]
@@ -311,6 +361,17 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         }
         slow_links.push(SlowLink { rank: s.rank, fraction: s.fraction });
     }
+    let mut lossy_links = Vec::new();
+    for l in &f.lossy_link {
+        if !(0.0..1.0).contains(&l.loss) {
+            return Err(bad_value(
+                "lossy_link.loss",
+                &l.loss.to_string(),
+                "expected a probability in [0, 1)",
+            ));
+        }
+        lossy_links.push(LossyLink { rank: l.rank, loss: l.loss });
+    }
     let mut nic_stalls = Vec::new();
     for s in &f.nic_stall {
         let at_ps = units::duration("nic_stall.at", &s.at)?;
@@ -358,6 +419,15 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         for d in &c.delay {
             compute.delays.push((d.rank, units::duration(&key("delay.by"), &d.by)?));
         }
+        let algo: SimAlgo = parse(&key("algo"), c.algo.as_deref().unwrap_or("auto"))?;
+        if algo == SimAlgo::Switch {
+            if op != OpKind::AllReduce {
+                return Err(bad_value(&key("op"), op.name(), "the switches aggregate all-reduce only"));
+            }
+            if c.qps_per_peer.is_some_and(|q| q != 1) {
+                return Err(invalid(key("qps_per_peer"), "algo = \"switch\" runs one QP per tree edge"));
+            }
+        }
         let iterations = c.iterations.unwrap_or(5);
         if iterations == 0 {
             return Err(bad_value(&key("iterations"), "0", "at least 1"));
@@ -366,7 +436,7 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
             op,
             dtype: parse(&key("type"), c.dtype.as_deref().unwrap_or("float"))?,
             redop: parse(&key("redop"), c.redop.as_deref().unwrap_or("sum"))?,
-            algo: parse(&key("algo"), c.algo.as_deref().unwrap_or("auto"))?,
+            algo,
             sizes,
             ranks: c.ranks,
             qps_per_peer: c.qps_per_peer.unwrap_or(1),
@@ -394,6 +464,7 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
             buffer_bytes,
             random_placement,
             slow_links,
+            lossy_links,
             nic_stalls,
         },
         collectives,
