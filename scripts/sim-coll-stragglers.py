@@ -19,6 +19,12 @@ links, 1 us, lossless, MTU 4096):
             switch-to-switch link over the mean.
   stall     a NIC that stops draining for 1 ms in the middle of the run (a
             PFC storm): iteration p50 / max against the healthy run.
+  aggregation  the switches aggregate (algo = "switch") against the host
+            ring on the same fat-tree: AGG_SIZE (default 1 GiB) on n = 64
+            (k = 8) and 512 (k = 16; AGG_NS="64" skips it, about 20 min of
+            CPU each), 8 slots of 64 KiB for both; theory: ring / switch =
+            2(n-1)/n. Then the pool: 64 ranks, POOL_SIZE (64 MiB), 1..16
+            aggregation slots per switch.
 """
 import math
 import os
@@ -188,6 +194,41 @@ def stall():
     for name, extra in [("healthy", ""), ("stall", '[[nic_stall]]\nrank = 5\nat = "2ms"\nfor = "1ms"\n')]:
         _, it, _, _, _ = sim(switch(8) + extra + coll(size="4MiB", iters=20))
         print(f"  {name:>8} {it[0]['p50']:>14.1f} {it[0]['p99']:>14.1f} {it[0]['max']:>14.1f}")
+
+
+def fat_tree(k):
+    return f'[topology]\nkind = "fat-tree"\nk = {k}\nrate = "100G"\ndelay = "1us"\n'
+
+
+def cpu(usage):
+    m = re.search(r"user CPU ([\d.]+) s", usage or "")
+    return float(m.group(1)) if m else float("nan")
+
+
+def aggregation():
+    size = os.environ.get("AGG_SIZE", "1GiB")
+    ns = [int(x) for x in os.environ.get("AGG_NS", "64 512").split()]
+    print(f"\n## aggregation: the switches aggregate vs the host ring, {size} all-reduce, fat-tree, 8 slots of 64 KiB")
+    print(f"# {'n':>5} {'k':>3} {'ring (us)':>11} {'algbw':>7} {'switch (us)':>12} {'algbw':>7} {'ring/switch':>11}"
+          f" {'bound':>6} {'CPU s ring/switch':>18}")
+    for n in ns:
+        k = 8 if n <= 128 else 16
+        res = []
+        for algo in ["ring", "switch"]:
+            rows, _, usage, _, _ = sim(fat_tree(k) + coll(algo=algo, size=size, ranks=n, iters=1, extra="slots = 8\n"))
+            res.append((rows[0], cpu(usage)))
+        (r, rc), (s, sc) = res
+        algbw = lambda row: row["bytes"] / row["time"] / 1e3
+        print(f"  {n:>5} {k:>3} {r['time']:>11.1f} {algbw(r):>7.2f} {s['time']:>12.1f} {algbw(s):>7.2f}"
+              f" {r['time'] / s['time']:>11.3f} {2 * (n - 1) / n:>6.3f} {rc:>8.0f}/{sc:<8.0f}")
+        sys.stdout.flush()
+    size = os.environ.get("POOL_SIZE", "64MiB")
+    print(f"\n## aggregation pool: 64 ranks on the k = 8 fat-tree, {size}, slots of 64 KiB per switch")
+    print(f"# {'slots':>5} {'pool (KiB)':>10} {'time (us)':>10} {'algbw':>7} {'x line':>7}")
+    for slots in [1, 2, 4, 8, 16]:
+        rows, _, _, _, _ = sim(fat_tree(8) + coll(algo="switch", size=size, ranks=64, iters=1, extra=f"slots = {slots}\n"))
+        bw = rows[0]["bytes"] / rows[0]["time"] / 1e3
+        print(f"  {slots:>5} {slots * 64:>10} {rows[0]['time']:>10.1f} {bw:>7.2f} {bw / (LINE / 1e9):>7.3f}")
 
 
 def main():
