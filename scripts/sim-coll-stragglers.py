@@ -19,6 +19,13 @@ links, 1 us, lossless, MTU 4096):
             switch-to-switch link over the mean.
   stall     a NIC that stops draining for 1 ms in the middle of the run (a
             PFC storm): iteration p50 / max against the healthy run.
+  background  storage flows sharing the fabric: 8 hosts of another pod
+            write 1 MiB messages (4 in flight each) to one host, while 64
+            ranks (k = 8 fat-tree) run a 16 MiB ring: the target a rank's
+            host or a host outside the job, in the collectives' class, in
+            a class of its own with equal DWRR weights (ETS), or below a
+            strict class of the collectives. Ring busbw against the
+            healthy run, the background's rate, PFC pauses.
   aggregation  the switches aggregate (algo = "switch") against the host
             ring on the same fat-tree: AGG_SIZE (default 1 GiB) on n = 64
             (k = 8) and 512 (k = 16; AGG_NS="64" skips it, about 20 min of
@@ -203,6 +210,46 @@ def fat_tree(k):
 def cpu(usage):
     m = re.search(r"user CPU ([\d.]+) s", usage or "")
     return float(m.group(1)) if m else float("nan")
+
+
+def background():
+    size = os.environ.get("BG_SIZE", "16MiB")
+    print(f"\n## background: 8 hosts (64..71) write to one host while 64 ranks run a {size} ring (k = 8 fat-tree)")
+    print(f"# {'case':>34} {'busbw':>7} {'x healthy':>9} {'background GB/s':>15} {'PFC pauses':>10}")
+    base = None
+    cases = [
+        ("healthy", "", None, 0, 0),
+        ("to rank 0's host, same class", "", 0, 0, 0),
+        ("to rank 0's host, ETS 1:1", "weights = [1, 1, 1, 1, 1, 1, 1, 1]\n", 0, 3, 0),
+        ("to rank 0's host, coll strict above", "", 0, 0, 3),
+        ("to host 100 (no rank), same class", "", 100, 0, 0),
+    ]
+    for name, fabric, to, bgp, cp in cases:
+        bgs = "" if to is None else f"[[background]]\nfrom = [64, 65, 66, 67, 68, 69, 70, 71]\nto = {to}\npriority = {bgp}\n"
+        body = fat_tree(8) + bgs + coll(size=size, ranks=64, iters=1, extra=f"slots = 8\npriority = {cp}\n")
+        w = f'seed = 1\n[fabric]\nmtu = 4096\npfc = true\necn = false\ncc = "none"\n{fabric}' + body
+        with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+            f.write(w)
+            path = f.name
+        try:
+            p = subprocess.run([ROCE, "sim", "coll", path], capture_output=True, text=True)
+        finally:
+            os.unlink(path)
+        if p.returncode != 0:
+            print(f"  {name:>34} failed: {(p.stderr or p.stdout).strip().splitlines()[-1]}")
+            continue
+        bw, bgbw, pauses = None, 0.0, 0
+        for line in p.stdout.splitlines():
+            if not line.startswith("#") and line.split():
+                bw = float(line.split()[11])
+            m = re.search(r"# Background: .* ([\d.]+) GB/s", line)
+            if m:
+                bgbw = float(m.group(1))
+            m = re.search(r"(\d+) PFC pauses", line)
+            if m:
+                pauses = int(m.group(1))
+        base = bw if base is None else base
+        print(f"  {name:>34} {bw:>7.2f} {bw / base:>9.3f} {bgbw:>15.2f} {pauses:>10}")
 
 
 def aggregation():

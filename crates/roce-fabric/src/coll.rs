@@ -6,10 +6,12 @@
 //! * [`workload`]: the TOML workload (`[[collective]]`, topology, faults).
 //! * [`transport`]: `roce_coll::Transport` on a host's engine.
 //! * [`agg`]: in-network all-reduce, the switches aggregating.
+//! * [`background`]: flows sharing the fabric with the collectives.
 //! * [`run`]: the driver (compute phases as timed delays, iterations,
 //!   the figures nccl-tests prints plus iteration percentiles).
 
 pub mod agg;
+pub mod background;
 pub mod run;
 pub mod transport;
 pub mod workload;
@@ -50,6 +52,8 @@ pub enum CollSimError {
     },
     #[error(transparent)]
     AggTree(#[from] agg::TreeError),
+    #[error(transparent)]
+    Background(#[from] background::BackgroundError),
     #[error("nothing left to simulate at {at_ps} ps and the ranks are not done")]
     Stuck { at_ps: Time },
 }

@@ -149,6 +149,9 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
         s.compute.mean_ps / 1000,
         s.compute.sigma_ps / 1000
     );
+    if s.priority != 0 {
+        out += &format!(", priority {}", s.priority);
+    }
     for (rank, d) in &s.compute.delays {
         out += &format!(", rank {rank} +{} ns", d / 1000);
     }
@@ -160,6 +163,15 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
     }
     for st in &f.nic_stalls {
         out += &format!(", rank {}'s NIC stalls at {} ns", st.rank, st.at_ps / 1000);
+    }
+    for b in &f.background {
+        out += &format!(
+            ", background hosts {:?} -> host {} ({} B WRITEs, priority {}, {} in flight)",
+            b.from, b.to, b.message, b.priority, b.depth
+        );
+    }
+    if let Some(wt) = f.weights {
+        out += &format!(", switch DWRR weights {wt:?}");
     }
     out += "\n";
     out += &format::columns(false);
@@ -215,6 +227,13 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
         out += &format!(" {i}: {c}/{calls}");
     }
     out += "\n";
+    if let Some((flows, bytes, ps)) = r.background {
+        out += &format!(
+            "# Background: {flows} flows delivered {bytes} B in {:.3} ms, {:.2} GB/s\n",
+            ps as f64 / PS_PER_S as f64 * 1e3,
+            bytes as f64 / (ps.max(1) as f64 / PS_PER_S as f64) / 1e9
+        );
+    }
     out += &format!(
         "# Simulated {:.3} ms: {} events, {} packet-hops, {} QPs, {} frames dropped, {} PFC pauses, busiest switch link {} frames ({:.2}x the mean)\n#\n",
         r.end_ps as f64 / PS_PER_S as f64 * 1e3,

@@ -26,6 +26,7 @@ use roce_coll::{Algo, Buffers, Config, Engine, Layout, OpDesc, OpKind, Poll};
 use roce_proto::Engine as NicEngine;
 
 use super::agg::{AggTree, Aggregator, Child, Member};
+use super::background::Background;
 use super::transport::Hosts;
 use super::workload::{CollSpec, SimAlgo, Topology, Workload};
 use super::CollSimError;
@@ -94,6 +95,9 @@ pub struct CollResult {
     /// With `algo = "switch"`: the aggregation nodes and the tree's
     /// levels.
     pub aggregation: Option<(usize, usize)>,
+    /// With `[[background]]`: its flows, the bytes they delivered, and
+    /// the simulated time they ran, ps.
+    pub background: Option<(usize, u64, Time)>,
 }
 
 /// The fabric of a workload and the nodes of its hosts, in order.
@@ -105,6 +109,9 @@ pub fn fabric_of(w: &Workload) -> Result<(Scenario, Vec<NodeId>), CollSimError> 
     sw.ecn_enabled = f.ecn;
     if let Some(b) = f.buffer_bytes {
         sw.buffer_bytes = b;
+    }
+    if let Some(weights) = f.weights {
+        sw.scheduling = crate::scenario::Scheduling::Dwrr { weights };
     }
     let link = LinkKind { rate_bps: f.rate_bps, delay_ps: f.delay_ps };
     let mut scn = match &f.topology {
@@ -283,8 +290,15 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         .map(|t| t.switch.iter().map(|&s| scn.nodes[s].name.clone()).collect())
         .unwrap_or_default();
     let endpoints: Vec<NodeId> = nodes.iter().chain(&agg_nodes).copied().collect();
-    let mut engines: Vec<(NodeId, NicEngine)> = Vec::with_capacity(endpoints.len());
-    for &node in &endpoints {
+    // Hosts that only carry background traffic need engines too.
+    let mut engine_nodes = endpoints.clone();
+    for node in Background::nodes(&w.fabric.background, &host_nodes)? {
+        if !engine_nodes.contains(&node) {
+            engine_nodes.push(node);
+        }
+    }
+    let mut engines: Vec<(NodeId, NicEngine)> = Vec::with_capacity(engine_nodes.len());
+    for &node in &engine_nodes {
         let l = link_of(&scn, node).expect("a host has a link");
         engines.push((node, crate::sim::host_engine(&scn, node, scn.links[l].rate_bps)?));
     }
@@ -292,6 +306,8 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
     let hosts_total = host_nodes.len();
     let mesh = Mesh::on_fabric(scn, engines, SimRng::new(w.seed).fork("links"), NoHooks)?;
     let mut hosts = Hosts::new(mesh, &endpoints, layout, w.fabric.mtu);
+    hosts.traffic_class = spec.priority << 5;
+    let mut bg = Background::new(&mut hosts.mesh, &w.fabric.background, &host_nodes, w.fabric.mtu)?;
     let mut colls = Vec::with_capacity(n);
     let mut aggs = Vec::new();
     if let Some(t) = &tree {
@@ -356,6 +372,7 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
                 hosts: &mut hosts,
                 colls: &mut colls,
                 aggs: &mut aggs,
+                bg: &mut bg,
                 agg_names: &agg_names,
                 spec: &spec,
                 desc,
@@ -400,6 +417,7 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         dropped: c.dropped_buffer + c.dropped_link,
         pfc_pauses: c.pfc_pause_sent,
         aggregation: tree.as_ref().map(|t| (t.len(), t.depth())),
+        background: bg.started.map(|t0| (bg.len(), bg.delivered(), hosts.mesh.now() - t0)),
     })
 }
 
@@ -411,6 +429,7 @@ struct Driver<'a> {
     /// switches' names.
     aggs: &'a mut Vec<Aggregator>,
     agg_names: &'a [String],
+    bg: &'a mut Background,
     spec: &'a CollSpec,
     desc: OpDesc,
     n: usize,
@@ -465,6 +484,10 @@ impl Driver<'_> {
             }
         }
         let t0 = self.hosts.mesh.now();
+        self.bg.start(&mut self.hosts.mesh);
+        // With background traffic the fabric never idles: look at the
+        // ranks' deadlines every simulated millisecond instead.
+        let mut next_look = t0 + 1_000 * PS_PER_NS * 1_000;
         let mut phase = vec![Phase::Idle; n];
         let mut iter = vec![0usize; n];
         let mut start = vec![vec![0 as Time; iters]; n];
@@ -572,6 +595,21 @@ impl Driver<'_> {
                 }
                 for &tok in self.hosts.mesh.wakes() {
                     todo.push(tok as usize);
+                }
+                if !self.bg.is_empty() {
+                    let touched: Vec<NodeId> =
+                        self.hosts.mesh.touched().iter().copied().filter(|&v| self.bg.sends(v)).collect();
+                    for v in touched {
+                        self.bg.progress(&mut self.hosts.mesh, v)?;
+                    }
+                    let now = self.hosts.mesh.now();
+                    if now >= next_look {
+                        next_look = now + 1_000 * PS_PER_NS * 1_000;
+                        let due = (0..n).filter(|&r| {
+                            phase[r] == Phase::InCall && deadline[r].saturating_mul(PS_PER_NS) <= now
+                        });
+                        todo.extend(due);
+                    }
                 }
                 for &node in self.hosts.mesh.touched() {
                     if let Some(&r) = self.hosts.rank_of_node.get(node).filter(|&&r| r != usize::MAX) {

@@ -282,3 +282,63 @@ fn credits_beyond_the_queue_are_held_then_delivered() {
     arrived.sort_unstable();
     assert_eq!(arrived, (0..credits).collect::<Vec<_>>());
 }
+
+/// Four hosts write to rank 0's host (storage flows, an incast) while 8
+/// ranks run a ring: in the collectives' own class the incast takes rank
+/// 0's link and the ring crawls; in a class of its own with equal DWRR
+/// weights (ETS) the ring keeps about half; with the collectives in a
+/// strict class above, all of it (the background takes what is left).
+#[test]
+fn background_traffic_shares_the_fabric_by_class() {
+    let busbw = |fabric: &str, bg_prio: u8, coll_prio: u8| {
+        let w = wl(&format!(
+            "[topology]\nkind = \"fat-tree\"\nk = 4\n[fabric]\n{fabric}\n\
+             [[background]]\nfrom = [8, 9, 10, 11]\nto = 0\npriority = {bg_prio}\n\
+             [[collective]]\nalgo = \"ring\"\nranks = 8\nsize = \"2MiB\"\niterations = 1\nin_place_only = true\n\
+             check = false\nslots = 8\npriority = {coll_prio}\n"
+        ));
+        let res = run(&w, 0, None).unwrap();
+        let (flows, bytes, _) = res.background.unwrap();
+        assert_eq!(flows, 4);
+        (2.0 * 7.0 / 8.0 * 2.0 * 1048576.0 / (res.rows[0].in_place.time_us * 1e3), bytes)
+    };
+    let healthy = {
+        let w = wl("[topology]\nkind = \"fat-tree\"\nk = 4\n[[collective]]\nalgo = \"ring\"\nranks = 8\n\
+                    size = \"2MiB\"\niterations = 1\nin_place_only = true\ncheck = false\nslots = 8\n");
+        let res = run(&w, 0, None).unwrap();
+        assert!(res.background.is_none());
+        2.0 * 7.0 / 8.0 * 2.0 * 1048576.0 / (res.rows[0].in_place.time_us * 1e3)
+    };
+    let (same, b1) = busbw("", 0, 0);
+    let (ets, b2) = busbw("weights = [1, 1, 1, 1, 1, 1, 1, 1]", 3, 0);
+    let (above, _) = busbw("", 0, 3);
+    assert!(same < 0.3 * healthy && b1 > 0, "same class: {same} GB/s of {healthy}");
+    assert!(ets > 0.4 * healthy && ets < 0.6 * healthy && b2 > 0, "ETS: {ets} GB/s of {healthy}");
+    assert!(above > 0.95 * healthy, "strict above: {above} GB/s of {healthy}");
+}
+
+#[test]
+fn bad_background_and_weights_are_refused() {
+    let err = |text: &str| {
+        from_str(&format!("[topology]\nhosts = 4\n{text}[[collective]]\nsize = \"1KiB\"\n"), Path::new("."))
+            .unwrap_err()
+            .to_string()
+    };
+    for (text, key) in [
+        ("[[background]]\nfrom = [1, 0]\nto = 0\n", "background[0].from"),
+        ("[[background]]\nfrom = []\nto = 0\n", "background[0].from"),
+        ("[[background]]\nfrom = [1]\nto = 0\npriority = 8\n", "background[0].priority"),
+        ("[[background]]\nfrom = [1]\nto = 0\ndepth = 0\n", "background[0].depth"),
+        ("[[background]]\nfrom = [1]\nto = 0\nmessage = \"0B\"\n", "background[0].message"),
+        ("[fabric]\nweights = [1, 2]\n", "fabric.weights"),
+        ("[fabric]\nweights = [0, 0, 0, 0, 0, 0, 0, 0]\n", "fabric.weights"),
+    ] {
+        let e = err(text);
+        assert!(e.contains(key), "{text}: {e}");
+    }
+    // a host the fabric does not have: named when the run is built
+    let w =
+        wl("[topology]\nhosts = 4\n[[background]]\nfrom = [7]\nto = 0\n[[collective]]\nsize = \"1KiB\"\n");
+    let e = run(&w, 0, None).unwrap_err().to_string();
+    assert!(e.contains("host 7") && e.contains("4 hosts"), "{e}");
+}

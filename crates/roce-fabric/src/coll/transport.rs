@@ -106,6 +106,9 @@ pub(crate) struct Hosts {
     pub qps: usize,
     /// Copy whole messages (results checked) or headers only (timing).
     pub payload: bool,
+    /// Every QP's traffic class (DSCP << 2: the top three bits are the
+    /// frames' priority).
+    pub traffic_class: u8,
 }
 
 impl Hosts {
@@ -133,7 +136,17 @@ impl Hosts {
         for (r, &node) in nodes.iter().enumerate() {
             rank_of_node[node] = r;
         }
-        Hosts { mesh, layout, mtu, ranks, rank_of_node, wc: vec![Wc::EMPTY; 256], qps: 0, payload: true }
+        Hosts {
+            mesh,
+            layout,
+            mtu,
+            ranks,
+            rank_of_node,
+            wc: vec![Wc::EMPTY; 256],
+            qps: 0,
+            payload: true,
+            traffic_class: 0,
+        }
     }
 
     fn region_len(&self) -> usize {
@@ -209,10 +222,10 @@ impl Hosts {
                 [a, b].map(|x| ((x * 7919 + (a ^ b) * 104_729 + ch * 31 + kind * 17) & 0xff_ffff) as u32);
             for (s, (rank, peer)) in [(a, b), (b, a)].into_iter().enumerate() {
                 let o = 1 - s;
-                let attr = ConnectAttr {
-                    mtu,
-                    ..ConnectAttr::new(AddressVector::new(ips[o]), qpn[o], Psn::new(psn[o]), Psn::new(psn[s]))
-                };
+                let mut av = AddressVector::new(ips[o]);
+                av.traffic_class = self.traffic_class;
+                let attr =
+                    ConnectAttr { mtu, ..ConnectAttr::new(av, qpn[o], Psn::new(psn[o]), Psn::new(psn[s])) };
                 let node = self.ranks[rank].node;
                 let e = self.mesh.engine_mut(node);
                 e.connect_qp(qpn[s], &attr)

@@ -23,6 +23,9 @@
 //! cc = "none"                    # or "dcqcn"
 //! buffer = "32MiB"               # switch shared buffer (default the HPCC switch's)
 //! placement = "linear"           # rank r on host r, or "random" (seeded)
+//! weights = [1, 0, 0, 1, 0, 0, 0, 0]  # switch egress: DWRR weights per priority
+//!                                #   (ETS; 0 = strict, above the weighted ones);
+//!                                #   default strict priority, higher first
 //!
 //! [[slow_link]]                  # the host link of `rank`, at a fraction of its rate
 //! rank = 3
@@ -31,6 +34,13 @@
 //! [[lossy_link]]                 # the host link of `rank` loses frames (each way)
 //! rank = 2
 //! loss = 0.01
+//!
+//! [[background]]                 # flows sharing the fabric (storage, other jobs):
+//! from = [8, 9, 10, 11]          #   senders, as fabric host indices (not ranks)
+//! to = 0                         #   one receiver (an incast when several send)
+//! message = "1MiB"               #   bytes per RDMA WRITE, default 1 MiB
+//! priority = 0                   #   traffic class priority 0..7 (collectives: 0)
+//! depth = 4                      #   WRITEs in flight per flow
 //!
 //! [[nic_stall]]                  # `rank`'s NIC stops draining (a PFC storm)
 //! rank = 5
@@ -52,6 +62,7 @@
 //! iterations = 5
 //! check = true                   # check the results (default: when all ranks' buffers fit in 256 MiB)
 //! in_place_only = false          # skip the out-of-place half
+//! priority = 0                   # traffic class priority of its QPs, 0..7
 //! compute = { mean = "1ms", sigma = "20us" }   # per iteration, per rank: normal, cut at 0
 //! delay = [{ rank = 3, by = "200us" }]         # one rank's compute longer, every iteration
 //! ```
@@ -137,6 +148,10 @@ pub struct Fabric {
     pub random_placement: bool,
     pub slow_links: Vec<SlowLink>,
     pub lossy_links: Vec<LossyLink>,
+    /// DWRR weights per priority at every switch egress (`None`: strict
+    /// priority).
+    pub weights: Option<[u32; crate::scenario::PRIORITIES]>,
+    pub background: Vec<super::background::BackgroundSpec>,
     pub nic_stalls: Vec<NicStall>,
 }
 
@@ -166,6 +181,8 @@ pub struct CollSpec {
     pub iterations: usize,
     pub check: Option<bool>,
     pub in_place_only: bool,
+    /// Traffic class priority of the collectives' QPs, 0..=7.
+    pub priority: u8,
     pub compute: Compute,
 }
 
@@ -199,6 +216,7 @@ struct FFabric {
     ecn: Option<bool>,
     cc: Option<String>,
     buffer: Option<Qty>,
+    weights: Option<Vec<u32>>,
     placement: Option<String>,
 }
 
@@ -207,6 +225,16 @@ struct FFabric {
 struct FSlow {
     rank: usize,
     fraction: f64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FBackground {
+    from: Vec<usize>,
+    to: usize,
+    message: Option<Qty>,
+    priority: Option<u8>,
+    depth: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -256,6 +284,7 @@ struct FColl {
     iterations: Option<usize>,
     check: Option<bool>,
     in_place_only: Option<bool>,
+    priority: Option<u8>,
     compute: Option<FCompute>,
     #[serde(default)]
     delay: Vec<FDelay>,
@@ -275,6 +304,8 @@ struct FWorkload {
     lossy_link: Vec<FLossy>,
     #[serde(default)]
     nic_stall: Vec<FStall>,
+    #[serde(default)]
+    background: Vec<FBackground>,
     #[serde(default)]
     collective: Vec<FColl>,
 }
@@ -361,6 +392,50 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         }
         slow_links.push(SlowLink { rank: s.rank, fraction: s.fraction });
     }
+    let weights = match &fb.weights {
+        None => None,
+        Some(v) if v.len() == crate::scenario::PRIORITIES && v.iter().any(|&w| w > 0) => {
+            let mut a = [0u32; crate::scenario::PRIORITIES];
+            a.copy_from_slice(v);
+            Some(a)
+        }
+        Some(v) => {
+            return Err(bad_value(
+                "fabric.weights",
+                &format!("{v:?}"),
+                "expected 8 weights (one per priority), one at least above 0",
+            ))
+        }
+    };
+    let mut background = Vec::new();
+    for (i, b) in f.background.iter().enumerate() {
+        let key = |k: &str| format!("background[{i}].{k}");
+        if b.from.is_empty() || b.from.contains(&b.to) {
+            return Err(invalid(key("from"), "one sender at least, and not the receiver"));
+        }
+        let message = match &b.message {
+            Some(q) => units::size(&key("message"), q)?,
+            None => 1 << 20,
+        };
+        if message == 0 || message > 1 << 30 {
+            return Err(bad_value(&key("message"), &message.to_string(), "expected 1 B ..= 1 GiB"));
+        }
+        let priority = b.priority.unwrap_or(0);
+        if priority > 7 {
+            return Err(bad_value(&key("priority"), &priority.to_string(), "expected 0..=7"));
+        }
+        let depth = b.depth.unwrap_or(4);
+        if !(1..=64).contains(&depth) {
+            return Err(bad_value(&key("depth"), &depth.to_string(), "expected 1..=64"));
+        }
+        background.push(super::background::BackgroundSpec {
+            from: b.from.clone(),
+            to: b.to,
+            message: message as usize,
+            priority,
+            depth,
+        });
+    }
     let mut lossy_links = Vec::new();
     for l in &f.lossy_link {
         if !(0.0..1.0).contains(&l.loss) {
@@ -419,6 +494,10 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         for d in &c.delay {
             compute.delays.push((d.rank, units::duration(&key("delay.by"), &d.by)?));
         }
+        let priority = c.priority.unwrap_or(0);
+        if priority > 7 {
+            return Err(bad_value(&key("priority"), &priority.to_string(), "expected 0..=7"));
+        }
         let algo: SimAlgo = parse(&key("algo"), c.algo.as_deref().unwrap_or("auto"))?;
         if algo == SimAlgo::Switch {
             if op != OpKind::AllReduce {
@@ -445,6 +524,7 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
             iterations,
             check: c.check,
             in_place_only: c.in_place_only.unwrap_or(false),
+            priority,
             compute,
         });
     }
@@ -465,6 +545,8 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
             random_placement,
             slow_links,
             lossy_links,
+            weights,
+            background,
             nic_stalls,
         },
         collectives,
