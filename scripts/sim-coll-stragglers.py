@@ -8,6 +8,8 @@ Sections (each runs `roce sim coll` on generated workloads; 100 Gb/s
 links, 1 us, lossless, MTU 4096):
   delay     one rank's compute delayed by d: iteration time vs d (8 ranks,
             1 MiB ring all-reduce); theory: + d.
+  rate      one host link at a fraction f of its rate (8 ranks, 16 MiB
+            ring): busbw against f; theory: f x healthy.
   jitter    iid compute jitter sigma = 100 us on every rank (mean 1 ms), n =
             8, 64, 512: mean iteration inflation against c_n sigma, c_n the
             expected maximum of n standard normals.
@@ -26,12 +28,17 @@ links, 1 us, lossless, MTU 4096):
             a class of its own with equal DWRR weights (ETS), or below a
             strict class of the collectives. Ring busbw against the
             healthy run, the background's rate, PFC pauses.
+  timelines  per-rank timelines: 8 ranks, one 200 us late (1 MiB ring);
+            64 ranks with compute jitter sigma 100 us (64 KiB).
   aggregation  the switches aggregate (algo = "switch") against the host
             ring on the same fat-tree: AGG_SIZE (default 1 GiB) on n = 64
             (k = 8) and 512 (k = 16; AGG_NS="64" skips it, about 20 min of
             CPU each), 8 slots of 64 KiB for both; theory: ring / switch =
             2(n-1)/n. Then the pool: 64 ranks, POOL_SIZE (64 MiB), 1..16
             aggregation slots per switch.
+
+Curves and timelines are written as SVG into PLOTS (default
+docs/straggler-study/) with `roce sim plot` and `roce sim coll --timeline`.
 """
 import math
 import os
@@ -43,6 +50,38 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ROCE = os.path.join(ROOT, "target", "release", "roce")
 LINE = 100e9 / 8
+PLOTS = os.environ.get("PLOTS", os.path.join(ROOT, "docs", "straggler-study"))
+
+
+def plot(name, title, ylabel, header, rows):
+    """Writes rows (x, y1, y2, ...) as PLOTS/name.svg through `roce sim plot`."""
+    os.makedirs(PLOTS, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".csv", delete=False) as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join("" if v is None else f"{v:.6g}" for v in r) + "\n")
+        path = f.name
+    out = os.path.join(PLOTS, name + ".svg")
+    try:
+        subprocess.run([ROCE, "sim", "plot", path, "--out", out, "--title", title, "--y", ylabel], check=True)
+    finally:
+        os.unlink(path)
+    print(f"# plot: {os.path.relpath(out, ROOT)}")
+
+
+def timeline(name, body):
+    """Runs body with --timeline and keeps its first size's SVG as PLOTS/name.svg."""
+    os.makedirs(PLOTS, exist_ok=True)
+    w = 'seed = 1\n[fabric]\nmtu = 4096\npfc = true\necn = false\ncc = "none"\n' + body
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "w.toml")
+        with open(path, "w") as f:
+            f.write(w)
+        subprocess.run([ROCE, "sim", "coll", path, "--timeline", os.path.join(d, "t")], check=True,
+                       capture_output=True)
+        svg = sorted(x for x in os.listdir(d) if x.endswith(".svg"))[0]
+        os.replace(os.path.join(d, svg), os.path.join(PLOTS, name + ".svg"))
+    print(f"# timeline: {os.path.relpath(os.path.join(PLOTS, name + '.svg'), ROOT)}")
 
 
 def sim(body, seed=1):
@@ -103,12 +142,40 @@ def delay():
     print("\n## delay: one rank's compute delayed by d (8 ranks, 1 MiB ring, compute 100 us)")
     print(f"# {'d (us)':>8} {'iter p50 (us)':>14} {'minus d=0':>10} {'waited for':>30}")
     base = None
+    points = []
     for d in [0, 50, 100, 200, 400, 800]:
         extra = 'compute = { mean = "100us" }\n' + (f'delay = [{{ rank = 3, by = "{d}us" }}]\n' if d else "")
         _, it, _, last, _ = sim(switch(8) + coll(iters=5, extra=extra))
         p50 = it[0]["p50"]
         base = p50 if base is None else base
+        points.append((d, p50, base + d))
         print(f"  {d:>8} {p50:>14.1f} {p50 - base:>10.1f} {last.split('):', 1)[1].strip()[:30]:>30}")
+    plot("delay", "8 ranks, 1 MiB ring: one rank's compute delayed by d", "iteration p50 (us)",
+         ["d (us)", "simulated", "theory: + d"], points)
+
+
+def rate():
+    print("\n## rate: rank 0's host link at a fraction f of 100 Gb/s (8 ranks, 16 MiB ring)")
+    print(f"# {'f':>6} {'busbw GB/s':>11} {'x healthy':>10}")
+    base = None
+    points = []
+    for frac in [1.0, 0.75, 0.5, 0.25, 0.1]:
+        slow = "" if frac == 1.0 else f"[[slow_link]]\nrank = 0\nfraction = {frac}\n"
+        rows, _, _, _, _ = sim(switch(8) + slow + coll(size="16MiB", iters=1))
+        bw = rows[0]["busbw"]
+        base = bw if base is None else base
+        points.append((frac, bw, base * frac))
+        print(f"  {frac:>6} {bw:>11.2f} {bw / base:>10.3f}")
+    plot("rate", "8 ranks, 16 MiB ring: one host link at a fraction of its rate", "busbw (GB/s)",
+         ["link rate (fraction)", "simulated", "theory: f x healthy"], points)
+
+
+def timelines():
+    print("\n## timelines")
+    timeline("timeline-delay", switch(8) + coll(iters=6, extra='compute = { mean = "100us" }\n'
+                                                            'delay = [{ rank = 3, by = "200us" }]\n'))
+    timeline("timeline-jitter", switch(64) + coll(algo="auto", size="64KiB", iters=8,
+                                                  extra='compute = { mean = "1ms", sigma = "100us" }\n'))
 
 
 def jitter():
@@ -281,7 +348,7 @@ def aggregation():
 def main():
     if os.environ.get("BUILD", "1") == "1":
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "roce-cli"], cwd=ROOT, check=True)
-    sections = os.environ.get("SECTIONS", "delay jitter halfrate ecmp stall").split()
+    sections = os.environ.get("SECTIONS", "delay rate jitter halfrate ecmp stall timelines background aggregation").split()
     for s in sections:
         globals()[s]()
         sys.stdout.flush()

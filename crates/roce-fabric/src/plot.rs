@@ -415,9 +415,79 @@ fn sweep_svg_inner(
     Ok(out)
 }
 
+/// A collective run's per-rank timeline (`roce sim coll --timeline`):
+/// one row per rank (rank 0 at the bottom) with its compute phases (grey)
+/// and its calls (blue),
+/// and a red line where each iteration ended (the last rank out of the
+/// call). `spans[r][k]` is rank `r`'s call `k` (start, end); `t0` the
+/// run's start (rank `r`'s first compute phase begins there, each later
+/// one where its previous call ended).
+pub fn timeline_svg(title: &str, t0: Time, spans: &[Vec<(Time, Time)>]) -> io::Result<String> {
+    timeline_inner(title, t0, spans).map_err(io::Error::other)
+}
+
+fn timeline_inner(title: &str, t0: Time, spans: &[Vec<(Time, Time)>]) -> DrawResult<String> {
+    let n = spans.len();
+    let iters = spans.iter().map(Vec::len).max().unwrap_or(0);
+    let end = spans.iter().flatten().map(|s| s.1).max().unwrap_or(t0);
+    let height = (120 + n as u32 * 6).clamp(400, 4000);
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, (SIZE.0, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 22))
+            .margin(10)
+            .x_label_area_size(40)
+            .y_label_area_size(60)
+            .build_cartesian_2d(span(0.0, us(end - t0)), span(0.0, n as f64))
+            .map_err(err)?;
+        chart.configure_mesh().x_desc("time (us)").y_desc("rank").disable_y_mesh().draw().map_err(err)?;
+        let grey = RGBColor(0xc8, 0xc8, 0xc8).filled();
+        let blue = colour(0).filled();
+        for (r, calls) in spans.iter().enumerate() {
+            let (y0, y1) = (r as f64 + 0.1, r as f64 + 0.9);
+            let mut prev = t0;
+            for &(a, b) in calls {
+                chart
+                    .draw_series([
+                        Rectangle::new([(us(prev - t0), y0), (us(a - t0), y1)], grey),
+                        Rectangle::new([(us(a - t0), y0), (us(b - t0), y1)], blue),
+                    ])
+                    .map_err(err)?;
+                prev = b;
+            }
+        }
+        for k in 0..iters {
+            let t = spans.iter().filter_map(|c| c.get(k)).map(|s| s.1).max().unwrap_or(t0);
+            let x = us(t - t0);
+            chart
+                .draw_series([PathElement::new(vec![(x, 0.0), (x, n as f64)], RED.stroke_width(1))])
+                .map_err(err)?;
+        }
+        root.present().map_err(err)?;
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeline_draws_every_phase_and_every_iteration_end() {
+        let us = |x: u64| x * PS_PER_US;
+        // 3 ranks, 2 calls each; rank 2 enters each call late
+        let spans = vec![
+            vec![(us(10), us(40)), (us(50), us(80))],
+            vec![(us(10), us(41)), (us(51), us(80))],
+            vec![(us(30), us(40)), (us(70), us(80))],
+        ];
+        let svg = timeline_svg("t", 0, &spans).unwrap();
+        assert_eq!(svg.matches("fill=\"#C8C8C8\"").count(), 6, "compute phases");
+        assert_eq!(svg.matches("fill=\"#1F77B4\"").count(), 6, "calls");
+        assert_eq!(svg.matches("stroke=\"#FF0000\"").count(), 2, "iteration ends");
+    }
     use crate::report::{QueueSample, RateSample};
 
     /// Checks that every element opened is closed, in order (tags only;

@@ -37,6 +37,11 @@ pub struct CollArgs {
     /// Also print every iteration's time (the in-place half), per size.
     #[arg(long)]
     pub iterations: bool,
+    /// Also write each size's per-rank timeline (the in-place half: every
+    /// rank's compute phases and calls, and where each iteration ended) as
+    /// SVG, to PREFIX-COLLECTIVE-BYTES.svg.
+    #[arg(long, value_name = "PREFIX")]
+    pub timeline: Option<PathBuf>,
 }
 
 /// `roce coll`'s test data, as the check of the simulated runs.
@@ -85,6 +90,23 @@ pub fn cmd_coll(args: &CollArgs) -> Result<ExitCode, SimCliError> {
             }
         }
         wrong_total += wrong;
+        if let Some(prefix) = &args.timeline {
+            for row in &res.rows {
+                let path = PathBuf::from(format!("{}-{i}-{}.svg", prefix.display(), row.bytes));
+                let title = format!(
+                    "{} {} B, {} ranks, {}: per-rank timeline (grey compute, blue call)",
+                    res.spec.op.name(),
+                    row.bytes,
+                    res.ranks,
+                    row.algo.name()
+                );
+                let svg = roce_fabric::plot::timeline_svg(&title, row.in_place.t0, &row.in_place.spans)
+                    .map_err(|e| SimCliError::Usage(format!("drawing {}: {e}", path.display())))?;
+                std::fs::write(&path, svg)
+                    .map_err(|e| SimCliError::Usage(format!("writing {}: {e}", path.display())))?;
+                println!("# timeline: {}", path.display());
+            }
+        }
     }
     if args.usage {
         let u = meter.stop();

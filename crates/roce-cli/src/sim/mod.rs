@@ -7,7 +7,8 @@
 //! roce sim run SCENARIO.toml [--out DIR] [--seed N]
 //! roce sim run --builtin NAME [--out DIR] [--seed N]
 //! roce sim replay TRACE.parquet [--meta META.yaml] [--reference RESULT.json]
-//! roce sim coll [WORKLOAD.toml] [--seed N] [--usage]
+//! roce sim coll [WORKLOAD.toml] [--seed N] [--usage] [--iterations] [--timeline PREFIX]
+//! roce sim plot TABLE.csv --out FIGURE.svg [--title T] [--y NAME]
 //! roce sim sweep GRID.toml [--out DIR] [--jobs N | --point I | --slurm [--wait] | --collect]
 //!                [--plot COLUMN [--x AXIS]] [--list] [--show-base]
 //! ```
@@ -24,6 +25,7 @@
 
 mod baseline;
 mod coll;
+mod plot;
 mod progress;
 mod replay;
 mod run;
@@ -72,6 +74,9 @@ pub enum SimCommand {
     /// run per point, here with --jobs N or as a Slurm job array, and one
     /// CSV table of the points' summary figures.
     Sweep(sweep::SweepArgs),
+    /// Draw a CSV table (first column x, every other column a line) as
+    /// an SVG line plot.
+    Plot(plot::PlotArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -165,6 +170,7 @@ pub fn main(cmd: &SimCommand) -> ExitCode {
         SimCommand::Replay(args) => replay::cmd_replay(args),
         SimCommand::Coll(args) => coll::cmd_coll(args),
         SimCommand::Sweep(args) => sweep::cmd_sweep(args),
+        SimCommand::Plot(args) => plot::cmd_plot(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,

@@ -56,6 +56,10 @@ pub struct Half {
     pub iter_us: Vec<f64>,
     /// Wrong elements over all ranks (`None`: not checked).
     pub wrong: Option<u64>,
+    /// The half's start, and per rank each call's (start, end), ps: the
+    /// per-rank timeline.
+    pub t0: Time,
+    pub spans: Vec<Vec<(Time, Time)>>,
 }
 
 /// One size of a collective.
@@ -644,6 +648,8 @@ impl Driver<'_> {
             iter_us.push((t - prev) as f64 / 1e6);
             prev = t;
         }
-        Ok(Half { time_us: coll_sum / iters as f64, iter_us, wrong: self.check.map(|_| wrong) })
+        let spans =
+            start.iter().zip(&end).map(|(s, e)| s.iter().copied().zip(e.iter().copied()).collect()).collect();
+        Ok(Half { time_us: coll_sum / iters as f64, iter_us, wrong: self.check.map(|_| wrong), t0, spans })
     }
 }
