@@ -247,30 +247,20 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         }
     }
     nodes.truncate(n);
+    // The node of rank `rank`, for a fault knob `what`.
+    let node_of = |what: &'static str, rank: usize| {
+        nodes.get(rank).copied().ok_or(CollSimError::FaultRank { what, rank, ranks: n })
+    };
     for s in &w.fabric.slow_links {
-        let node = *nodes.get(s.rank).ok_or(CollSimError::FaultRank {
-            what: "slow_link",
-            rank: s.rank,
-            ranks: n,
-        })?;
-        let l = link_of(&scn, node).expect("a host has a link");
+        let l = link_of(&scn, node_of("slow_link", s.rank)?).expect("a host has a link");
         scn.links[l].rate_bps = ((scn.links[l].rate_bps as f64 * s.fraction) as u64).max(1);
     }
     for s in &w.fabric.lossy_links {
-        let node = *nodes.get(s.rank).ok_or(CollSimError::FaultRank {
-            what: "lossy_link",
-            rank: s.rank,
-            ranks: n,
-        })?;
-        let l = link_of(&scn, node).expect("a host has a link");
+        let l = link_of(&scn, node_of("lossy_link", s.rank)?).expect("a host has a link");
         scn.links[l].loss = s.loss;
     }
     for s in &w.fabric.nic_stalls {
-        let host = *nodes.get(s.rank).ok_or(CollSimError::FaultRank {
-            what: "nic_stall",
-            rank: s.rank,
-            ranks: n,
-        })?;
+        let host = node_of("nic_stall", s.rank)?;
         scn.events.push(TimedEvent { at_ps: s.at_ps, kind: EventKind::NicStall { host } });
         if let Some(d) = s.for_ps {
             scn.events.push(TimedEvent { at_ps: s.at_ps + d, kind: EventKind::NicResume { host } });
