@@ -323,6 +323,12 @@ impl<H: LinkHooks> Mesh<H> {
         self.sim.port_frames()
     }
 
+    /// Per one-way link: (from node, to node, time it spent sending
+    /// frames so far).
+    pub fn link_busy(&self) -> Vec<(NodeId, NodeId, Time)> {
+        self.sim.port_busy()
+    }
+
     /// The client's hosts whose engine took input (a datagram or a timer
     /// fired) during the last [`Mesh::step`], each once: the only ones
     /// whose completion queues can have new entries.

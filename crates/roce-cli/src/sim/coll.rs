@@ -249,6 +249,11 @@ pub fn render(w: &Workload, r: &CollResult) -> (String, u64) {
         out += &format!(" {i}: {c}/{calls}");
     }
     out += "\n";
+    out += "# Busiest links (share of the run spent sending):";
+    for (a, b, share) in &r.busiest_links {
+        out += &format!(" {a}->{b} {share:.3}");
+    }
+    out += "\n";
     if let Some((flows, bytes, ps)) = r.background {
         out += &format!(
             "# Background: {flows} flows delivered {bytes} B in {:.3} ms, {:.2} GB/s\n",

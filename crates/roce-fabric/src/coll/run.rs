@@ -99,6 +99,10 @@ pub struct CollResult {
     /// With `algo = "switch"`: the aggregation nodes and the tree's
     /// levels.
     pub aggregation: Option<(usize, usize)>,
+    /// The one-way links busiest over the run (at most 3): from, to (node
+    /// names), and the share of the run's simulated time they spent
+    /// sending. A slow or congested link stands out here.
+    pub busiest_links: Vec<(String, String, f64)>,
     /// With `[[background]]`: its flows, the bytes they delivered, and
     /// the simulated time they ran, ps.
     pub background: Option<(usize, u64, Time)>,
@@ -297,6 +301,7 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
         engines.push((node, crate::sim::host_engine(&scn, node, scn.links[l].rate_bps)?));
     }
     let topology = scn.name.clone();
+    let names: Vec<String> = scn.nodes.iter().map(|v| v.name.clone()).collect();
     let hosts_total = host_nodes.len();
     let mesh = Mesh::on_fabric(scn, engines, SimRng::new(w.seed).fork("links"), NoHooks)?;
     let mut hosts = Hosts::new(mesh, &endpoints, layout, w.fabric.mtu);
@@ -395,7 +400,16 @@ pub fn run(w: &Workload, which: usize, check: Option<&dyn DataCheck>) -> Result<
     let mean = trunks.iter().sum::<u64>() as f64 / trunks.len().max(1) as f64;
     let trunk_imbalance = if mean > 0.0 { max_trunk_frames as f64 / mean } else { 0.0 };
     let c = hosts.mesh.counters();
+    let run_ps = hosts.mesh.now().max(1);
+    let mut busy = hosts.mesh.link_busy();
+    busy.sort_by(|a, b| b.2.cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    let busiest_links = busy
+        .iter()
+        .take(3)
+        .map(|&(a, b, t)| (names[a].clone(), names[b].clone(), t as f64 / run_ps as f64))
+        .collect();
     Ok(CollResult {
+        busiest_links,
         max_trunk_frames,
         trunk_imbalance,
         spec,

@@ -342,3 +342,22 @@ fn bad_background_and_weights_are_refused() {
     let e = run(&w, 0, None).unwrap_err().to_string();
     assert!(e.contains("host 7") && e.contains("4 hosts"), "{e}");
 }
+
+/// A host link at half rate is the run's busiest link, both ways, at
+/// about twice the busy share of any other: the slowdown's link.
+#[test]
+fn the_busiest_links_name_a_slow_link() {
+    let w = ideal(4, "ring", "\"4MiB\"", "");
+    let mut w2 = w.clone();
+    w2.fabric.slow_links.push(super::workload::SlowLink { rank: 2, fraction: 0.5 });
+    let res = run(&w2, 0, None).unwrap();
+    let b = &res.busiest_links;
+    assert_eq!(b.len(), 3);
+    for l in &b[..2] {
+        assert!(l.0 == "h2" || l.1 == "h2", "{b:?}");
+    }
+    assert!(b[1].2 > 1.8 * b[2].2, "{b:?}");
+    // healthy, no link stands out
+    let res = run(&w, 0, None).unwrap();
+    assert!(res.busiest_links[0].2 < 1.1 * res.busiest_links[2].2, "{:?}", res.busiest_links);
+}

@@ -75,6 +75,7 @@ impl<H: LinkHooks> Sim<H> {
                     wd_epoch: [0; PRIORITIES],
                     wd_active: 0,
                     sent: [0; PRIORITIES],
+                    busy_ps: 0,
                     deficit: [0; PRIORITIES],
                     rr_next: 0,
                 });

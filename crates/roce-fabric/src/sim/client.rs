@@ -83,6 +83,10 @@ impl<H: LinkHooks> Sim<H> {
 
     /// Per port: its node, its peer's node and the frames it sent (all
     /// priorities, data and control).
+    pub(crate) fn port_busy(&self) -> Vec<(NodeId, NodeId, Time)> {
+        self.ports.iter().map(|p| (p.node, self.ports[p.peer].node, p.busy_ps)).collect()
+    }
+
     pub(crate) fn port_frames(&self) -> Vec<(NodeId, NodeId, u64)> {
         self.ports.iter().map(|p| (p.node, self.ports[p.peer].node, p.sent.iter().sum())).collect()
     }

@@ -18,6 +18,7 @@ impl<H: LinkHooks> Sim<H> {
         let port = &mut self.ports[p];
         let ser = port.ser(wire);
         port.busy_until = self.now + ser;
+        port.busy_ps += ser;
         let (delay, link, faulty) = (port.delay, port.link, port.faults.is_some());
         let more = !port.ctrl.is_empty()
             || port.queued != 0

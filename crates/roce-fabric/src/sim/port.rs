@@ -59,6 +59,8 @@ pub(crate) struct Port {
     pub(super) queues: [VecDeque<Hop>; PRIORITIES],
     /// Frames sent per priority (progress, for the deadlock detector).
     pub(super) sent: [u64; PRIORITIES],
+    /// Time spent serialising frames (the link's busy time, this way).
+    pub(super) busy_ps: Time,
     /// The latest in-order arrival on the link (jitter keeps order).
     pub(super) last_fifo: Time,
     pub(super) rate_bps: u64,
