@@ -13,7 +13,6 @@
 //! the bytes that arrived.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv4Addr};
 
 use roce_proto::{
     AddressVector, ConnectAttr, CqId, MemBuf, MrSpec, PathMtu, QpCap, QpInitAttr, QpType, SendOp, SendWr,
@@ -21,6 +20,7 @@ use roce_proto::{
 };
 use roce_wire::Psn;
 
+use super::transport::host_ip;
 use crate::hooks::NoHooks;
 use crate::mesh::Mesh;
 use crate::scenario::{NodeId, Time};
@@ -67,10 +67,6 @@ pub struct Background {
     wc: Vec<Wc>,
     /// When the flows started (their first post).
     pub started: Option<Time>,
-}
-
-fn ip(node: NodeId) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::from(crate::scenario::host_ip(node)))
 }
 
 impl Background {
@@ -142,7 +138,7 @@ impl Background {
                 for i in 0..2 {
                     let (node, qpn, _, _) = ends[i];
                     let (peer, peer_qpn, _, _) = ends[1 - i];
-                    let mut av = AddressVector::new(ip(peer));
+                    let mut av = AddressVector::new(host_ip(peer));
                     av.traffic_class = s.priority << 5;
                     let attr = ConnectAttr { mtu, ..ConnectAttr::new(av, peer_qpn, psn(i), psn(1 - i)) };
                     mesh.engine_mut(node).connect_qp(qpn, &attr).map_err(|x| err("connecting a QP", x))?;
@@ -188,8 +184,10 @@ impl Background {
         let Some((cq, qps)) = self.senders.get(&node) else {
             return Ok(());
         };
+        let mut reposted = false;
         loop {
             let n = mesh.engine_mut(node).poll_cq(*cq, &mut self.wc).expect("a CQ of this engine");
+            reposted |= n > 0;
             for wc in &self.wc[..n] {
                 let f = &mut self.flows[qps[&wc.qp_num]];
                 if wc.status != WcStatus::Success {
@@ -208,7 +206,9 @@ impl Background {
                 break;
             }
         }
-        mesh.kick_host(node);
+        if reposted {
+            mesh.kick_host(node);
+        }
         Ok(())
     }
 

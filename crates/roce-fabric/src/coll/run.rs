@@ -177,6 +177,10 @@ pub fn cost_params(w: &Workload, layout: &Layout) -> roce_coll::cost::Params {
     }
 }
 
+/// How often the driver looks at the ranks' deadlines while background
+/// traffic keeps the fabric busy (it never idles then): 1 ms.
+const DEADLINE_LOOK: Time = crate::scenario::PS_PER_S / 1000;
+
 /// A normal draw (Box-Muller), cut at 0.
 fn normal(rng: &mut SimRng, mean: Time, sigma: Time) -> Time {
     if sigma == 0 {
@@ -493,9 +497,7 @@ impl Driver<'_> {
         }
         let t0 = self.hosts.mesh.now();
         self.bg.start(&mut self.hosts.mesh);
-        // With background traffic the fabric never idles: look at the
-        // ranks' deadlines every simulated millisecond instead.
-        let mut next_look = t0 + 1_000 * PS_PER_NS * 1_000;
+        let mut next_look = t0 + DEADLINE_LOOK;
         let mut phase = vec![Phase::Idle; n];
         let mut iter = vec![0usize; n];
         let mut start = vec![vec![0 as Time; iters]; n];
@@ -612,7 +614,7 @@ impl Driver<'_> {
                     }
                     let now = self.hosts.mesh.now();
                     if now >= next_look {
-                        next_look = now + 1_000 * PS_PER_NS * 1_000;
+                        next_look = now + DEADLINE_LOOK;
                         let due = (0..n).filter(|&r| {
                             phase[r] == Phase::InCall && deadline[r].saturating_mul(PS_PER_NS) <= now
                         });

@@ -61,7 +61,7 @@ const CQ_DEPTH: usize = 1 << 18;
 
 /// The address of the host on node `node` (the fabric's own numbering,
 /// [`crate::scenario::host_ip`]).
-fn host_ip(node: NodeId) -> IpAddr {
+pub(crate) fn host_ip(node: NodeId) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(crate::scenario::host_ip(node)))
 }
 

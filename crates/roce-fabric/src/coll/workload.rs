@@ -334,6 +334,14 @@ where
     v.parse().map_err(|e: T::Err| bad_value(key, v, e.to_string()))
 }
 
+/// A traffic class priority (default 0).
+fn priority(key: &str, v: Option<u8>) -> Result<u8, ScenarioError> {
+    match v.unwrap_or(0) {
+        p @ 0..=7 => Ok(p),
+        p => Err(bad_value(key, &p.to_string(), "expected 0..=7")),
+    }
+}
+
 /// Reads a workload; `base` is the directory relative paths start from.
 pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
     let f: FWorkload = toml::from_str(text).map_err(|e| ScenarioError::Syntax(e.to_string()))?;
@@ -420,10 +428,7 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         if message == 0 || message > 1 << 30 {
             return Err(bad_value(&key("message"), &message.to_string(), "expected 1 B ..= 1 GiB"));
         }
-        let priority = b.priority.unwrap_or(0);
-        if priority > 7 {
-            return Err(bad_value(&key("priority"), &priority.to_string(), "expected 0..=7"));
-        }
+        let priority = priority(&key("priority"), b.priority)?;
         let depth = b.depth.unwrap_or(4);
         if !(1..=64).contains(&depth) {
             return Err(bad_value(&key("depth"), &depth.to_string(), "expected 1..=64"));
@@ -494,10 +499,7 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
         for d in &c.delay {
             compute.delays.push((d.rank, units::duration(&key("delay.by"), &d.by)?));
         }
-        let priority = c.priority.unwrap_or(0);
-        if priority > 7 {
-            return Err(bad_value(&key("priority"), &priority.to_string(), "expected 0..=7"));
-        }
+        let priority = priority(&key("priority"), c.priority)?;
         let algo: SimAlgo = parse(&key("algo"), c.algo.as_deref().unwrap_or("auto"))?;
         if algo == SimAlgo::Switch {
             if op != OpKind::AllReduce {

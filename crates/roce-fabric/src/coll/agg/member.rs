@@ -3,7 +3,7 @@
 //! down (the module above has the protocol).
 
 use roce_coll::reduce::finish_avg;
-use roce_coll::{Buffers, Completion, Layout, OpDesc, Poll, Transport, HEADER_BYTES};
+use roce_coll::{data_slot, Buffers, Completion, Layout, OpDesc, Poll, Transport, HEADER_BYTES};
 
 use super::{chunk_bytes, imm, AggError, Header};
 
@@ -152,10 +152,9 @@ impl Member {
                     if peer != self.leaf {
                         return Err(bad("a write from an endpoint that is not this rank's switch".into()));
                     }
-                    let s = (i & 0xffff) as usize;
-                    if s >= slots || c.result_in[s] {
-                        return Err(bad(format!("a result in slot {s}, which awaits none")));
-                    }
+                    let Some(s) = data_slot(i).filter(|&s| s < slots && !c.result_in[s]) else {
+                        return Err(bad(format!("a result (immediate {i:#x}) for no slot that awaits one")));
+                    };
                     let mut head = Err(String::new());
                     let out: &mut [u8] = match bufs {
                         Buffers::InPlace(b) => b,

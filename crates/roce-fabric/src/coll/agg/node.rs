@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 use roce_coll::reduce::reduce;
-use roce_coll::{Completion, Layout, Transport, HEADER_BYTES};
+use roce_coll::{data_slot, Completion, Layout, Transport, HEADER_BYTES};
 
 use super::{imm, AggError, Header};
 
@@ -66,7 +66,7 @@ impl Aggregator {
             layout,
             compute: true,
             slots: vec![Slot { head: None, have: vec![false; nc], arrived: 0, up: false }; layout.slots],
-            acc: Vec::new(),
+            acc: vec![Vec::new(); layout.slots],
             waiting: VecDeque::new(),
             scratch: Vec::new(),
             done: Vec::new(),
@@ -91,10 +91,12 @@ impl Aggregator {
                 }
                 Completion::Arrived { peer, imm: i, .. } => {
                     let p = self.index(peer)?;
-                    let s = (i & 0xffff) as usize;
-                    if s >= self.layout.slots {
-                        return Err(AggError::Malformed { from: peer, why: format!("slot {s}") });
-                    }
+                    let Some(s) = data_slot(i).filter(|&s| s < self.layout.slots) else {
+                        return Err(AggError::Malformed {
+                            from: peer,
+                            why: format!("immediate {i:#x}: no slot"),
+                        });
+                    };
                     if p < self.children {
                         self.child_chunk(t, p, s)?;
                     } else {
@@ -146,9 +148,6 @@ impl Aggregator {
             return Ok(());
         }
         // Every child's chunk is in: reduce, in the children's order.
-        if self.acc.is_empty() {
-            self.acc = vec![Vec::new(); self.layout.slots];
-        }
         let len = h.len as usize;
         let acc = &mut self.acc[s];
         acc.resize(HEADER_BYTES + if self.compute { len } else { 0 }, 0);
@@ -189,8 +188,8 @@ impl Aggregator {
         let up = self.parent().expect("only a parent's index is past the children");
         let h = self.read_head(t, up, s)?;
         let from = self.peers[up];
-        let sent = self.acc.get(s).map(|a| Header::parse(a, self.layout.slot_bytes));
-        let matches = matches!(sent, Some(Ok(x)) if x == h);
+        // What went up from this slot (its partial's header) is what comes back.
+        let matches = Header::parse(&self.acc[s], self.layout.slot_bytes) == Ok(h);
         if !self.slots[s].up || !matches {
             return Err(AggError::Malformed {
                 from,
