@@ -122,10 +122,16 @@ impl Link {
             self.free[ch].push_back(slot);
         }
     }
-    fn take(&mut self) -> Option<(usize, usize)> {
+    /// A free slot on a channel of `lane`'s share (channels `c` with
+    /// `c % stride == lane % stride`; `stride` 1: any), the channels taken
+    /// in turn.
+    fn take(&mut self, lane: usize, stride: usize) -> Option<(usize, usize)> {
         let nch = self.free.len();
         for k in 0..nch {
             let ch = (self.next_ch + k) % nch;
+            if ch % stride != lane % stride {
+                continue;
+            }
             if let Some(slot) = self.free[ch].pop_front() {
                 self.slots[ch][slot] = SlotState { credit: false, idle: false, step: 0 };
                 self.next_ch = (ch + 1) % nch;
@@ -172,8 +178,12 @@ struct Arrival {
 struct PeerQ {
     /// `(transfer, chunk)` by message index.
     items: Vec<(usize, usize)>,
-    /// Sends: the next message to post. Receives: messages arrived.
+    /// Sends: messages posted. Receives: messages arrived.
     cursor: usize,
+    /// Sends: per lane, the next message to post and the end of the lane:
+    /// one lane of all the messages, or one per transfer (see
+    /// [`Run::stride`]).
+    lanes: Vec<[usize; 2]>,
     pending: Vec<Arrival>,
     outstanding: usize,
 }
@@ -187,6 +197,14 @@ struct Run {
     chunk_elems: usize,
     sendq: Vec<PeerQ>,
     recvq: Vec<PeerQ>,
+    /// Lanes of a send queue and their channels: with [`Schedule::lanes`]
+    /// and at least that many channels, each
+    /// transfer to a peer is a lane of its own and lane `i` sends on the
+    /// channels `c` with `c % stride == i % stride`, so each transfer has
+    /// its own QPs and its own share of the NIC, as every transfer to
+    /// another peer has (NCCL gives each of its two trees channels of its
+    /// own). Otherwise 1: one lane per peer, any channel.
+    stride: usize,
     /// The peers this rank sends to / receives from in this call (2 in a
     /// ring, whatever `n`): progress scans only these.
     send_peers: Vec<usize>,
@@ -412,6 +430,10 @@ impl Engine {
         let mut xs = Vec::with_capacity(sched.xfers.len());
         let mut remaining = 0;
         let mut step_sends = Vec::new();
+        // Lanes: one per transfer to a peer where the schedule asks for
+        // them and each of them can have channels of its own (the same on every
+        // rank, so that every transfer has the same share of channels).
+        let stride = if sched.lanes > 1 && sched.lanes <= self.cfg.layout.channels { sched.lanes } else { 1 };
         for (i, (x, d)) in sched.xfers.iter().zip(deps).enumerate() {
             let chunks = x.len.div_ceil(chunk_elems).max(1);
             if sched.send_in_order && x.send {
@@ -422,7 +444,14 @@ impl Engine {
                 step_sends[st] += chunks;
             }
             let q = if x.send { &mut sendq[x.peer] } else { &mut recvq[x.peer] };
+            let start = q.items.len();
             q.items.extend((0..chunks).map(|c| (i, c)));
+            if x.send {
+                match q.lanes.last_mut() {
+                    Some(lane) if stride == 1 => lane[1] = q.items.len(),
+                    _ => q.lanes.push([start, q.items.len()]),
+                }
+            }
             remaining += chunks;
             xs.push(XState { chunks, done: vec![false; chunks], prefix: 0, deps: d });
         }
@@ -447,6 +476,7 @@ impl Engine {
             chunk_elems,
             sendq,
             recvq,
+            stride,
             remaining,
             outstanding: 0,
             open_step: step_sends.iter().position(|&c| c > 0).unwrap_or(step_sends.len()),
@@ -731,24 +761,36 @@ impl Engine {
     }
 
     /// Stages and posts the send chunks whose dependencies are done, in
-    /// order per peer, while slots are free.
+    /// order per lane (a chunk of each lane of a peer in turn), while slots
+    /// are free.
     fn post<T: Transport>(&mut self, t: &mut T, work: &[u8], src: &[u8]) -> Result<bool, Error> {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
         let mut moved = false;
         for i in 0..run.send_peers.len() {
             let peer = run.send_peers[i];
-            while run.sendq[peer].cursor < run.sendq[peer].items.len() {
-                let msg = run.sendq[peer].cursor;
+            // a chunk of each lane in turn, while one can go
+            let lanes = run.sendq[peer].lanes.len();
+            let (mut lane, mut idle_lanes) = (0, 0);
+            while idle_lanes < lanes {
+                let this = lane;
+                lane = (lane + 1) % lanes;
+                let [msg, end] = run.sendq[peer].lanes[this];
+                if msg == end {
+                    idle_lanes += 1;
+                    continue;
+                }
                 let (x, c) = run.sendq[peer].items[msg];
                 let xf = run.sched.xfers[x];
                 let (lo, hi) = chunk_range(xf.off, xf.len, run.chunk_elems, c);
-                if !ready(&run.xs, &run.sched, run.chunk_elems, &run.xs[x].deps, lo, hi)
-                    || (run.sched.send_in_order && xf.step as usize > run.open_step + 1)
-                {
-                    break;
-                }
-                let Some((ch, slot)) = self.links[peer].take() else { break };
+                let blocked = !ready(&run.xs, &run.sched, run.chunk_elems, &run.xs[x].deps, lo, hi)
+                    || (run.sched.send_in_order && xf.step as usize > run.open_step + 1);
+                let got = if blocked { None } else { self.links[peer].take(this, run.stride) };
+                let Some((ch, slot)) = got else {
+                    idle_lanes += 1;
+                    continue;
+                };
+                idle_lanes = 0;
                 self.links[peer].slots[ch][slot].step = xf.step;
                 let mut h = run.header;
                 h.msg = msg as u32;
@@ -768,8 +810,10 @@ impl Engine {
                 run.xs[x].mark(c);
                 run.remaining -= 1;
                 run.outstanding += 1;
-                run.sendq[peer].outstanding += 1;
-                run.sendq[peer].cursor += 1;
+                let q = &mut run.sendq[peer];
+                q.outstanding += 1;
+                q.cursor += 1;
+                q.lanes[this][0] += 1;
                 moved = true;
             }
         }

@@ -57,6 +57,23 @@ pub(crate) struct Schedule {
     /// look-ahead, 62 us with none; in step (no rank late) 48.4 us both
     /// unordered and with one step of look-ahead, 58.4 us with none.
     pub send_in_order: bool,
+    /// Transfers to one peer are sent side by side, each on channels of its
+    /// own, when this is more than 1 and the communicator has at least this
+    /// many channels (QPs per peer): the most transfers any rank of the
+    /// algorithm sends to one peer. The double binary tree's is 2: where
+    /// the two trees share an edge (a rank's parent in one tree is its child
+    /// in the other) one transfer goes up while the other comes down. In
+    /// schedule order the second waited for the whole of the first and
+    /// finished last (8 ranks, 64 MiB: 10.5% over the tree's bandwidth
+    /// bound); side by side on one QP the two shared one QP's turn at the
+    /// NIC where every other transfer has a whole one (5 ranks: 26.6%);
+    /// each on its own QPs, 0.7% (8 ranks) and 4.5% (5), as NCCL gives each
+    /// of its two trees channels of its own. With fewer channels: in
+    /// schedule order, as before. (The fabric simulator's ideal fabric;
+    /// the measurements are in `docs/straggler-study.md`.) The receiver needs nothing: it places a message by
+    /// the index in its header and applies it when its dependencies are
+    /// done, in whatever order messages arrive.
+    pub lanes: usize,
 }
 
 impl Schedule {
@@ -406,6 +423,7 @@ fn tree_all_reduce(r: usize, n: usize, count: usize) -> Schedule {
             s.send(3, *c, o, l);
         }
     }
+    s.lanes = 2;
     s.sort()
 }
 

@@ -219,6 +219,24 @@ fn rabenseifner_on_an_ideal_fabric_meets_the_analytic_model() {
     assert_meets_the_model(&res, 8.0, 2.0 * 3.0, 8.0 * 1048576.0);
 }
 
+/// The double binary tree's two trees share edges (on 6 ranks rank 3 is
+/// rank 2's child in one tree and its parent in the other), so a rank
+/// sends two transfers to one peer, one up and one down. With a QP per
+/// tree (2 per peer) they go side by side and the call is within 3% of the
+/// tree's bandwidth bound 2 S/B (what its busiest rank sends); one after
+/// the other, as with one QP per peer, the second finishes last (20% over).
+#[test]
+fn the_double_tree_with_a_qp_per_tree_meets_its_bound() {
+    let time = |qps: usize| {
+        let w = ideal(6, "tree", "\"8MiB\"", &format!("qps_per_peer = {qps}\n"));
+        run(&w, 0, None).unwrap().rows[0].in_place.time_us * 1e-6
+    };
+    let bound = 2.0 * 8.0 * 1048576.0 / slot_rate();
+    let (one, two) = (time(1), time(2));
+    assert!(two > bound && two < 1.03 * bound, "{} us, bound {} us", two * 1e6, bound * 1e6);
+    assert!(one > 1.15 * two, "one QP per peer {} us, two {} us", one * 1e6, two * 1e6);
+}
+
 /// A rank that enters last holds every step's data at once; posted
 /// together, its sends would share its link and the first step's, which
 /// all the others wait for, would crawl. With at most two steps in flight
