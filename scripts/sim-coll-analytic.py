@@ -7,7 +7,9 @@
 The fabric: n hosts on one switch, 100 Gb/s links, 1 us each, PFC on
 (lossless), no ECN, no congestion control, MTU 4096. Each algorithm runs
 `roce sim coll` (in place, 1 iteration, unchecked: one shared buffer) over
-the sizes the CPU budget allows per n (SIZES_<n> overrides them).
+the sizes the CPU budget allows per n (SIZES_<n> overrides them), ring and
+Rabenseifner on one QP per peer, the tree on two (one per tree; TREE_QPS
+overrides it).
 
 The model (`../shared/collectives-notes.md` s7):
     ring          2(n-1)/n S/B + 2(n-1) alpha
@@ -100,7 +102,7 @@ def bw_factor(algo, n):
     return tree_factor(n) if algo == "tree" else 2 * (n - 1) / n
 
 
-def run(n, algo, sizes, slots, slot):
+def run(n, algo, sizes, slots, slot, qps):
     w = f"""
 [topology]
 kind = "switch"
@@ -122,6 +124,7 @@ in_place_only = true
 check = false
 slots = {slots}
 slot_bytes = {slot}
+qps_per_peer = {qps}
 """
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(w)
@@ -158,7 +161,11 @@ def main():
         slots, slot = (4, SLOT) if n <= 64 else (8, 16 << 10)
         b = payload_rate(slot)
         for algo in algos:
-            times, usage = run(n, algo, sizes, slots, slot)
+            # the double tree with a QP per tree (its two transfers to a
+            # peer of a shared edge each on QPs of their own, as NCCL's
+            # channels); TREE_QPS=1 for one QP per peer
+            qps = int(os.environ.get("TREE_QPS", "2")) if algo == "tree" else 1
+            times, usage = run(n, algo, sizes, slots, slot, qps)
             s0 = size_bytes(sizes[0])
             alpha = (times[s0] * 1e-6 - bw_factor(algo, n) * s0 / b) / steps(algo, n)
             for s in sizes:
@@ -170,7 +177,7 @@ def main():
                 err = "alpha" if sb == s0 else f"{(t - model) / model * 100:+.2f}"
                 err_ring = "alpha" if sb == s0 else f"{(t - ring_bound) / ring_bound * 100:+.2f}"
                 print(f"  {n:>4} {algo:>13} {s:>10} {t * 1e6:>12.1f} {model * 1e6:>12.1f} {err:>8} {err_ring:>11} {alpha * 1e6:>9.3f} {busbw / (RATE / 8):>10.3f}")
-            print(f"#   {usage}", flush=True)
+            print(f"#   {algo}: {qps} QP(s) per peer; {usage}", flush=True)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@
 //!                                # or "switch": the switches aggregate (all-reduce only)
 //! sizes = ["64KiB", "1MiB"]      # or size = "1MiB"; bytes per rank
 //! ranks = 8                      # default: every host
-//! qps_per_peer = 1
+//! qps_per_peer = 1               # default 1; 2 with algo = "tree" (a QP per tree, so
+//!                                #   the trees' transfers on a shared edge go side by side)
 //! slots = 4                      # receive slots per (peer, QP); algo = "switch": each
 //! slot_bytes = "64KiB"           #   switch's pool of aggregation slots
 //! iterations = 5
@@ -520,7 +521,8 @@ pub fn from_str(text: &str, base: &Path) -> Result<Workload, ScenarioError> {
             algo,
             sizes,
             ranks: c.ranks,
-            qps_per_peer: c.qps_per_peer.unwrap_or(1),
+            // the double tree: a QP per tree (`Schedule::lanes`)
+            qps_per_peer: c.qps_per_peer.unwrap_or(if algo == SimAlgo::Host(Algo::Tree) { 2 } else { 1 }),
             slots: c.slots.unwrap_or(4),
             slot_bytes,
             iterations,
