@@ -733,7 +733,9 @@ impl Engine {
                     continue;
                 }
                 let dst = &mut work[lo * es..hi * es];
-                if xf.init_from_src {
+                if !t.carries_data() {
+                    // timing only: the message is applied, its values not
+                } else if xf.init_from_src {
                     // the working buffer's first write here: its left
                     // operand is still the source's (a chunk-sized copy,
                     // in cache for the reduce that follows)
@@ -741,15 +743,17 @@ impl Engine {
                 }
                 let (dtype, redop) = (run.desc.dtype, run.desc.redop);
                 // straight out of the receive slot: no copy before the reduce
-                t.read_slot(peer, a.ch, a.slot, &mut |b| {
-                    let data = &b[HEADER_BYTES..HEADER_BYTES + dst.len()];
-                    if xf.reduce {
-                        reduce::reduce(dtype, redop, dst, data);
-                    } else {
-                        dst.copy_from_slice(data);
-                    }
-                })
-                .map_err(|e| terr(&run.desc, run.seq, e))?;
+                if t.carries_data() {
+                    t.read_slot(peer, a.ch, a.slot, &mut |b| {
+                        let data = &b[HEADER_BYTES..HEADER_BYTES + dst.len()];
+                        if xf.reduce {
+                            reduce::reduce(dtype, redop, dst, data);
+                        } else {
+                            dst.copy_from_slice(data);
+                        }
+                    })
+                    .map_err(|e| terr(&run.desc, run.seq, e))?;
+                }
                 run.xs[x].mark(c);
                 run.remaining -= 1;
                 run.recvq[peer].pending.swap_remove(i);
@@ -800,9 +804,12 @@ impl Engine {
                 let len = (hi - lo) * es;
                 let payload = &from[lo * es..hi * es];
                 // straight into the staging slot the NIC sends from
+                let data = t.carries_data();
                 t.stage(peer, ch, slot, &mut |buf| {
                     h.write(buf);
-                    buf[HEADER_BYTES..HEADER_BYTES + len].copy_from_slice(payload);
+                    if data {
+                        buf[HEADER_BYTES..HEADER_BYTES + len].copy_from_slice(payload);
+                    }
                 })
                 .map_err(|e| terr(&run.desc, run.seq, e))?;
                 t.write(peer, ch, slot, HEADER_BYTES + len, Imm::data(run.seq, slot), slot as u64)

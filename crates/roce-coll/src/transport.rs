@@ -184,6 +184,15 @@ pub trait Transport {
     /// Appends the completions that are ready (possibly none) to `out`.
     /// Drives the underlying engine if it needs driving.
     fn poll(&mut self, out: &mut Vec<Completion>) -> Result<(), TransportError>;
+
+    /// False for a timing-only transport, which carries each message's
+    /// header and not its data (the fabric simulator when results are
+    /// not checked): the algorithm then stages headers only and neither
+    /// reduces nor copies what arrives. The messages, their lengths and
+    /// their order are the same; the buffers' values are not defined.
+    fn carries_data(&self) -> bool {
+        true
+    }
 }
 
 /// The receive slot a data write's immediate names, `None` for a credit

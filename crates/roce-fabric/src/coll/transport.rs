@@ -33,8 +33,10 @@
 //! registered regions; the rest of a write carries the region's zeros.
 //! The wire, the engines and the algorithms do the same work (the same
 //! packets, lengths, immediates and headers), the host skips two copies
-//! of every byte, and the fabric stores a payload of one repeated byte
-//! compactly. The simulated time does not depend on the values.
+//! of every byte, the algorithms (told by `carries_data`) neither stage
+//! data nor reduce or copy what arrives, and the fabric stores a payload
+//! of one repeated byte compactly. The simulated time does not depend on
+//! the values (`coll::tests::a_timing_only_run_takes_the_time_of_a_checked_one`).
 //!
 //! **Time.** `now_ns` is the simulated time. Host-side work (staging,
 //! reductions, copies) takes no simulated time: the model is a NIC whose
@@ -383,6 +385,10 @@ impl RankView<'_> {
 impl Transport for RankView<'_> {
     fn now_ns(&self) -> u64 {
         self.h.mesh.now() / PS_PER_NS
+    }
+
+    fn carries_data(&self) -> bool {
+        self.h.payload
     }
 
     fn stage(
