@@ -198,12 +198,12 @@ struct Run {
     sendq: Vec<PeerQ>,
     recvq: Vec<PeerQ>,
     /// Lanes of a send queue and their channels: with [`Schedule::lanes`]
-    /// and at least that many channels, each
-    /// transfer to a peer is a lane of its own and lane `i` sends on the
-    /// channels `c` with `c % stride == i % stride`, so each transfer has
-    /// its own QPs and its own share of the NIC, as every transfer to
-    /// another peer has (NCCL gives each of its two trees channels of its
-    /// own). Otherwise 1: one lane per peer, any channel.
+    /// and at least that many channels, each transfer to a peer is a lane
+    /// of its own and lane `i` sends on the channels `c` with
+    /// `c % stride == i % stride`, so each transfer has its own QPs and its
+    /// own share of the NIC, as every transfer to another peer has (NCCL
+    /// gives each of its two trees channels of its own). Otherwise 1: one
+    /// lane per peer, any channel.
     stride: usize,
     /// The peers this rank sends to / receives from in this call (2 in a
     /// ring, whatever `n`): progress scans only these.
@@ -431,8 +431,8 @@ impl Engine {
         let mut remaining = 0;
         let mut step_sends = Vec::new();
         // Lanes: one per transfer to a peer where the schedule asks for
-        // them and each of them can have channels of its own (the same on every
-        // rank, so that every transfer has the same share of channels).
+        // them and each can have channels of its own (the same stride on
+        // every rank, so that every transfer has the same share of them).
         let stride = if sched.lanes > 1 && sched.lanes <= self.cfg.layout.channels { sched.lanes } else { 1 };
         for (i, (x, d)) in sched.xfers.iter().zip(deps).enumerate() {
             let chunks = x.len.div_ceil(chunk_elems).max(1);
