@@ -719,6 +719,7 @@ impl Engine {
     fn apply<T: Transport>(&mut self, t: &mut T, work: &mut [u8], src: &[u8]) -> Result<bool, Error> {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
+        let data = t.carries_data();
         let mut moved = false;
         for i in 0..run.recv_peers.len() {
             let peer = run.recv_peers[i];
@@ -733,9 +734,9 @@ impl Engine {
                     continue;
                 }
                 let dst = &mut work[lo * es..hi * es];
-                if !t.carries_data() {
-                    // timing only: the message is applied, its values not
-                } else if xf.init_from_src {
+                // (a timing-only transport: the message is applied, its
+                // values are not)
+                if data && xf.init_from_src {
                     // the working buffer's first write here: its left
                     // operand is still the source's (a chunk-sized copy,
                     // in cache for the reduce that follows)
@@ -743,7 +744,7 @@ impl Engine {
                 }
                 let (dtype, redop) = (run.desc.dtype, run.desc.redop);
                 // straight out of the receive slot: no copy before the reduce
-                if t.carries_data() {
+                if data {
                     t.read_slot(peer, a.ch, a.slot, &mut |b| {
                         let data = &b[HEADER_BYTES..HEADER_BYTES + dst.len()];
                         if xf.reduce {
@@ -770,6 +771,7 @@ impl Engine {
     fn post<T: Transport>(&mut self, t: &mut T, work: &[u8], src: &[u8]) -> Result<bool, Error> {
         let run = self.run.as_mut().unwrap();
         let es = run.desc.dtype.size();
+        let data = t.carries_data();
         let mut moved = false;
         for i in 0..run.send_peers.len() {
             let peer = run.send_peers[i];
@@ -804,7 +806,6 @@ impl Engine {
                 let len = (hi - lo) * es;
                 let payload = &from[lo * es..hi * es];
                 // straight into the staging slot the NIC sends from
-                let data = t.carries_data();
                 t.stage(peer, ch, slot, &mut |buf| {
                     h.write(buf);
                     if data {

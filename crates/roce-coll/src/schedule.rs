@@ -70,9 +70,10 @@ pub(crate) struct Schedule {
     /// each on its own QPs, 0.7% (8 ranks) and 4.5% (5), as NCCL gives each
     /// of its two trees channels of its own. With fewer channels: in
     /// schedule order, as before. (The fabric simulator's ideal fabric;
-    /// the measurements are in `docs/straggler-study.md`.) The receiver needs nothing: it places a message by
-    /// the index in its header and applies it when its dependencies are
-    /// done, in whatever order messages arrive.
+    /// the measurements are in `docs/straggler-study.md`.) The receiver
+    /// needs nothing: it places a message by the index in its header and
+    /// applies it when its dependencies are done, in whatever order
+    /// messages arrive.
     pub lanes: usize,
 }
 
