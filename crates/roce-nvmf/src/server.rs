@@ -119,6 +119,11 @@ struct QueueConn {
     pending: Vec<Option<Pending>>,
     /// Commands that came before a slot was free (in order).
     waiting: VecDeque<Vec<u8>>,
+    /// Work requests made by one batch of completions, posted together
+    /// after it (`post`): one lock and one flush for the batch, so the
+    /// data WRITEs and responses of several commands leave in one
+    /// `sendmmsg`, as a NIC's doorbell covers a list of WQEs.
+    outbox: Vec<(SendWr, Option<Vec<u8>>)>,
 }
 
 impl QueueConn {
@@ -162,6 +167,7 @@ impl QueueConn {
             free: (0..entries).rev().collect(),
             pending: (0..entries).map(|_| None).collect(),
             waiting: VecDeque::new(),
+            outbox: Vec::new(),
         })
     }
 
@@ -205,6 +211,9 @@ impl QueueConn {
                 if let Err(e) = self.completion(wc, now, &mut scratch) {
                     break 'outer e;
                 }
+            }
+            if let Err(e) = self.post() {
+                break e;
             }
         };
         log(&format!("{peer}: queue {qid} of controller {:?} ends: {why}", self.queue.cntlid()));
@@ -307,7 +316,8 @@ impl QueueConn {
                     SendOp::Read { remote_addr: addr, rkey: key },
                     vec![self.data_mr.sge(at, len)],
                 );
-                self.qp().post_send(wr).map_err(|e| format!("posting an RDMA READ: {e}"))
+                self.outbox.push((wr, None));
+                Ok(())
             }
             Step::Deliver { addr, key, len, response } => {
                 if len > 0 {
@@ -324,7 +334,7 @@ impl QueueConn {
                     // The response's completion says the WRITE is done (RC
                     // completes in order).
                     wr.signaled = false;
-                    self.qp().post_send(wr).map_err(|e| format!("posting an RDMA WRITE: {e}"))?;
+                    self.outbox.push((wr, None));
                 }
                 self.respond(d, response)
             }
@@ -349,7 +359,17 @@ impl QueueConn {
         let sge = roce::Sge { addr: 0, length: cqe.len() as u32, lkey: 0 };
         let mut wr = SendWr::new(WR_SEND | d as u64, op, vec![sge]);
         wr.inline = true;
-        self.qp().post_send_inline(wr, &cqe).map_err(|e| format!("posting a response: {e}"))
+        self.outbox.push((wr, Some(cqe.to_vec())));
+        Ok(())
+    }
+
+    /// Posts what the last batch of completions made, in order.
+    fn post(&mut self) -> Result<(), String> {
+        if self.outbox.is_empty() {
+            return Ok(());
+        }
+        let r = self.conn.qp().post_send_each(self.outbox.drain(..));
+        r.map_err(|(_, e)| format!("posting a work request: {e}"))
     }
 }
 
