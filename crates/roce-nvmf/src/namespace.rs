@@ -5,7 +5,9 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
+
+use roce::{alloc_buffer, Access, Device, MemBuf, Mr};
 
 /// The storage behind one namespace: byte-addressed, its length fixed.
 /// Calls come from several queues at once (`&self`); each call is whole
@@ -40,6 +42,14 @@ pub trait Backend: Send + Sync {
     /// wait for the disk, and the driver thread with it).
     fn never_blocks(&self) -> bool {
         false
+    }
+    /// The registered buffer that holds the namespace's bytes (byte `i`
+    /// of the namespace at byte `i` of the buffer), where the back-end
+    /// lives in memory a roce device can reach: the target then moves a
+    /// Read's and a Write's blocks by RDMA straight between it and the
+    /// host, registering it with each connection's protection domain.
+    fn region(&self) -> Option<&Arc<MemBuf>> {
+        None
     }
 }
 
@@ -82,6 +92,76 @@ impl Backend for FileBackend {
     }
     fn describe(&self) -> String {
         self.path.display().to_string()
+    }
+}
+
+/// A namespace in the memory of a roce device (lost when the target
+/// stops): a buffer registered with the device, whose bytes the target
+/// sends from and receives into by RDMA with no copy (see
+/// [`Backend::region`]). Every other access goes through the device's
+/// lock ([`Mr::read`], [`Mr::write`]), so it never runs against the NIC's;
+/// such calls must not come from inside [`Mr::with_bytes_mut`] (which holds
+/// that lock), and so the back-end does not claim
+/// [`never_blocks`](Backend::never_blocks).
+pub struct DeviceMem {
+    mr: Mr,
+}
+
+impl DeviceMem {
+    /// `len` zero bytes registered with `dev` (its own protection domain;
+    /// local access only: the hosts reach it through the target's RDMA).
+    pub fn new(dev: &Device, len: u64) -> roce::Result<DeviceMem> {
+        let len = usize::try_from(len)
+            .map_err(|_| roce::Error::Config(format!("{len} bytes do not fit in memory")))?;
+        let pd = dev.alloc_pd()?;
+        let mr = pd.reg_mr(alloc_buffer(len), Access::LOCAL_WRITE)?;
+        Ok(DeviceMem { mr })
+    }
+
+    /// A copy of the bytes at `offset` (for tests and checks).
+    pub fn snapshot(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read_at(offset, &mut v)?;
+        Ok(v)
+    }
+}
+
+/// The device's errors as I/O errors: out of range as the memory back-end
+/// says it, the rest (a dead device) as they are.
+fn mr_error(e: roce::Error) -> io::Error {
+    match e {
+        roce::Error::Verbs(roce::VerbsError::OutsideRegion { .. }) => {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "past the end of the namespace")
+        }
+        e => io::Error::other(e.to_string()),
+    }
+}
+
+impl Backend for DeviceMem {
+    fn len(&self) -> u64 {
+        self.mr.len() as u64
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+        let at = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        self.mr.read(at, buf).map_err(mr_error)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> io::Result<()> {
+        let at = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        self.mr.write(at, buf).map_err(mr_error)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> io::Result<()> {
+        let at = usize::try_from(offset).map_err(|_| io::ErrorKind::InvalidInput)?;
+        let n = usize::try_from(len).map_err(|_| io::ErrorKind::InvalidInput)?;
+        self.mr.fill(at, n, 0).map_err(mr_error)
+    }
+    fn flush(&self) -> io::Result<()> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "memory (registered)".to_string()
+    }
+    fn region(&self) -> Option<&Arc<MemBuf>> {
+        Some(self.mr.buf())
     }
 }
 

@@ -5,11 +5,14 @@
 //! pulled by RDMA READ and pushed by RDMA WRITE, and every response is a
 //! SEND (WITH INVALIDATE when the host's key allows it).
 //!
-//! Data is copied once between the command's registered slot and a
-//! buffer of the thread's own, so that a namespace's file I/O never runs
-//! under the device's lock (which the NIC needs for every packet).
+//! A namespace in the device's memory ([`DeviceMem`](crate::namespace::DeviceMem))
+//! is registered with each connection's protection domain, and its blocks
+//! go to and come from the host by RDMA with no copy. Otherwise data is
+//! copied once between the command's registered slot and a buffer of the
+//! thread's own, so that a namespace's file I/O never runs under the
+//! device's lock (which the NIC needs for every packet).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,8 +23,9 @@ use roce::cm::{AcceptOpts, CmEvent, Connection, Listener, ReqInfo};
 use roce::{alloc_buffer, Access, Device, Mr, Qp, RecvWr, SendOp, SendWr, Wc, WcOpcode, WcStatus};
 
 use crate::rdma::Spin;
-use crate::target::{Queue, Response, Step, Target};
+use crate::target::{Place, Queue, Response, Step, Target};
 use crate::wire::fabrics::{rej_private, rej_status, RepPrivate, ReqPrivate};
+use crate::wire::Status;
 
 /// Where the server's messages go (a line each).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
@@ -67,7 +71,7 @@ pub fn serve(dev: &Device, target: Arc<Target>, port: u16, stop: &AtomicBool, lo
                 continue;
             }
         };
-        match QueueConn::accept(dev, &listener, id, req, queue) {
+        match QueueConn::accept(dev, &listener, id, req, queue, &target, &log) {
             Ok(c) => {
                 let stop = stop_all.clone();
                 let clog = log.clone();
@@ -99,6 +103,8 @@ const WR_WRITE: u64 = 4 << 32;
 struct Pending {
     capsule: Vec<u8>,
     len: usize,
+    /// Where the READ puts the data.
+    into: Place,
 }
 
 /// One connection: its QP, receive slots, data slots and queue.
@@ -119,6 +125,11 @@ struct QueueConn {
     pending: Vec<Option<Pending>>,
     /// Commands that came before a slot was free (in order).
     waiting: VecDeque<Vec<u8>>,
+    target: Arc<Target>,
+    /// The regions of namespaces whose memory the NIC reaches
+    /// (`Backend::region`), by subsystem and namespace index, registered
+    /// with this connection's protection domain.
+    regions: HashMap<(usize, usize), Mr>,
     /// Work requests made by one batch of completions, posted together
     /// after it (`post`): one lock and one flush for the batch, so the
     /// data WRITEs and responses of several commands leave in one
@@ -133,6 +144,8 @@ impl QueueConn {
         id: roce::cm::CmId,
         req: ReqInfo,
         queue: Queue,
+        target: &Arc<Target>,
+        log: &Log,
     ) -> roce::Result<QueueConn> {
         let entries = usize::from(queue.crqsize());
         // The target only starts RDMA READs and WRITEs: no remote access.
@@ -141,6 +154,24 @@ impl QueueConn {
         let buffer_len = queue.buffer_len();
         let recv_mr = pd.reg_mr(alloc_buffer(entries * capsule_len), Access::LOCAL_WRITE)?;
         let data_mr = pd.reg_mr(alloc_buffer(entries * buffer_len), Access::LOCAL_WRITE)?;
+        let mut regions = HashMap::new();
+        for (s, sub) in target.config().subsystems.iter().enumerate() {
+            for (n, ns) in sub.namespaces.iter().enumerate() {
+                let Some(buf) = ns.backend.region() else { continue };
+                match pd.reg_mr(buf.clone(), Access::LOCAL_WRITE) {
+                    Ok(mr) => {
+                        regions.insert((s, n), mr);
+                    }
+                    // Memory of another device: its blocks are copied
+                    // through the data slots instead.
+                    Err(e) => log(&format!(
+                        "namespace {} of {}: not reachable by RDMA from this device ({e}): copied",
+                        n + 1,
+                        sub.nqn
+                    )),
+                }
+            }
+        }
         // Receives are posted before the REP leaves: the host may send its
         // Connect as soon as it has the REP.
         for i in 0..entries {
@@ -167,6 +198,8 @@ impl QueueConn {
             free: (0..entries).rev().collect(),
             pending: (0..entries).map(|_| None).collect(),
             waiting: VecDeque::new(),
+            target: target.clone(),
+            regions,
             outbox: Vec::new(),
         })
     }
@@ -292,9 +325,17 @@ impl QueueConn {
     }
 
     /// Runs a command whose data an RDMA READ brought into slot `d`: read
-    /// in place when `in_place`, else through `scratch`.
+    /// in place when `in_place`, else through `scratch`. Data the READ
+    /// put straight into a namespace is already where it goes; for a
+    /// namespace out of this device's reach the READ used the slot, and
+    /// the command runs from there as any other.
     fn data_in(&mut self, d: usize, now: u64, p: &Pending, scratch: &mut [u8]) -> Result<Step, String> {
         let at = d * self.buffer_len;
+        if let Place::Namespace { subsys, ns, .. } = p.into {
+            if self.regions.contains_key(&(subsys, ns)) {
+                return Ok(self.queue.data_placed(now, &p.capsule));
+            }
+        }
         if self.in_place {
             let (mr, queue) = (&self.data_mr, &mut self.queue);
             return mr
@@ -309,27 +350,52 @@ impl QueueConn {
         let at = (d * self.buffer_len) as u64;
         match step {
             Step::Respond(r) => self.respond(d, r),
-            Step::Fetch { addr, key, len } => {
-                self.pending[d] = Some(Pending { capsule, len: len as usize });
-                let wr = SendWr::new(
-                    WR_READ | d as u64,
-                    SendOp::Read { remote_addr: addr, rkey: key },
-                    vec![self.data_mr.sge(at, len)],
-                );
+            Step::Fetch { addr, key, len, into } => {
+                self.pending[d] = Some(Pending { capsule, len: len as usize, into });
+                let sge = match into {
+                    Place::Namespace { subsys, ns, offset } => match self.regions.get(&(subsys, ns)) {
+                        Some(mr) => mr.sge(offset, len),
+                        None => self.data_mr.sge(at, len),
+                    },
+                    Place::Buffer => self.data_mr.sge(at, len),
+                };
+                let wr =
+                    SendWr::new(WR_READ | d as u64, SendOp::Read { remote_addr: addr, rkey: key }, vec![sge]);
                 self.outbox.push((wr, None));
                 Ok(())
             }
-            Step::Deliver { addr, key, len, response } => {
+            Step::Deliver { addr, key, len, from, mut response } => {
                 if len > 0 {
-                    if !self.in_place {
-                        self.data_mr
-                            .write(at as usize, &scratch[..len as usize])
-                            .map_err(|e| format!("data slot: {e}"))?;
-                    }
+                    let sge = match from {
+                        Place::Namespace { subsys, ns, offset } => match self.regions.get(&(subsys, ns)) {
+                            Some(mr) => mr.sge(offset, len),
+                            None => {
+                                // Out of this device's reach: through the slot.
+                                let backend = &self.target.config().subsystems[subsys].namespaces[ns].backend;
+                                let mut bytes = vec![0u8; len as usize];
+                                if backend.read_at(offset, &mut bytes).is_err() {
+                                    response.cqe.status = Status::INTERNAL_ERROR;
+                                    return self.respond(d, response);
+                                }
+                                self.data_mr
+                                    .write(at as usize, &bytes)
+                                    .map_err(|e| format!("data slot: {e}"))?;
+                                self.data_mr.sge(at, len)
+                            }
+                        },
+                        Place::Buffer => {
+                            if !self.in_place {
+                                self.data_mr
+                                    .write(at as usize, &scratch[..len as usize])
+                                    .map_err(|e| format!("data slot: {e}"))?;
+                            }
+                            self.data_mr.sge(at, len)
+                        }
+                    };
                     let mut wr = SendWr::new(
                         WR_WRITE | d as u64,
                         SendOp::Write { remote_addr: addr, rkey: key },
-                        vec![self.data_mr.sge(at, len)],
+                        vec![sge],
                     );
                     // The response's completion says the WRITE is done (RC
                     // completes in order).

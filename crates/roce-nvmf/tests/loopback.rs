@@ -6,7 +6,9 @@
 //! with a keep-alive that holds the controller; and a controller that
 //! answers wrongly (a CID not outstanding, a short response), which the
 //! host reports as a protocol error; a file namespace, whose commands the
-//! target runs on a scratch buffer rather than on the registered slot.
+//! target runs on a scratch buffer rather than on the registered slot; a
+//! namespace in the target device's registered memory, moved by RDMA with
+//! no copy, and one on another device, copied through the slots.
 //! Each test has addresses of its own (the tests of one binary run at
 //! once).
 
@@ -23,7 +25,7 @@ use roce::{
     Sge, Wc,
 };
 use roce_nvmf::initiator::{discover, pattern, sqe, Controller, Done, HostError, HostOptions, IoQueue};
-use roce_nvmf::namespace::{Backend, FileBackend, MemBackend};
+use roce_nvmf::namespace::{Backend, DeviceMem, FileBackend, MemBackend};
 use roce_nvmf::server::{serve, Log};
 use roce_nvmf::target::{Namespace, SubsystemConfig, Target, TargetConfig};
 use roce_nvmf::wire::fabrics::RepPrivate;
@@ -37,6 +39,16 @@ fn start_target(
     ip: &str,
     mem: Arc<dyn Backend>,
 ) -> (Arc<Target>, Arc<AtomicBool>, JoinHandle<roce::Result<()>>) {
+    start_target_with(ip, |_| mem)
+}
+
+/// [`start_target`] with the namespace made for the target's device.
+fn start_target_with(
+    ip: &str,
+    make: impl FnOnce(&Device) -> Arc<dyn Backend>,
+) -> (Arc<Target>, Arc<AtomicBool>, JoinHandle<roce::Result<()>>) {
+    let tdev = Device::open(DeviceConfig::new(SocketAddr::new(ip.parse().unwrap(), 4791))).unwrap();
+    let mem = make(&tdev);
     let cfg = TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
@@ -47,7 +59,6 @@ fn start_target(
         ..TargetConfig::default()
     };
     let target = Arc::new(Target::new(cfg).unwrap());
-    let tdev = Device::open(DeviceConfig::new(SocketAddr::new(ip.parse().unwrap(), 4791))).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let log: Log = Arc::new(|m: &str| eprintln!("target: {m}"));
     let server = {
@@ -173,6 +184,66 @@ fn a_file_namespace_is_served_through_a_scratch_buffer() {
     let _ = std::fs::remove_file(&path);
     let s = target.stats();
     assert!(s.writes >= 4 && s.reads >= 4, "{s:?}");
+}
+
+/// A namespace in the target device's registered memory: its blocks go to
+/// and come from the host by RDMA straight from and into it (the target
+/// registers it with each connection), 4 KiB to the largest transfer,
+/// Write Zeroes and deallocation through the device's lock; and the same
+/// namespace in the memory of another device, which the target cannot
+/// reach by RDMA and serves through its data slots instead.
+#[test]
+fn a_namespace_in_device_memory_is_read_and_written_by_rdma() {
+    for (tip, hip, own) in [("127.0.0.41", "127.0.0.42", true), ("127.0.0.43", "127.0.0.44", false)] {
+        let other = Device::open(DeviceConfig::new("127.0.0.45:4791".parse().unwrap())).unwrap();
+        let mut made = None;
+        let (target, stop, server) = start_target_with(tip, |tdev| {
+            let ns = Arc::new(DeviceMem::new(if own { tdev } else { &other }, 8 << 20).unwrap());
+            made = Some(ns.clone());
+            ns
+        });
+        let ns = made.unwrap();
+        assert!(ns.region().is_some());
+        let hdev = Device::open(DeviceConfig::new(SocketAddr::new(hip.parse().unwrap(), 4791))).unwrap();
+        let o = HostOptions::new(NQN);
+        let addr = SocketAddr::new(tip.parse().unwrap(), 4420);
+        let mut c = once_listening(|| Controller::connect(&hdev, addr, &o));
+        for (i, blocks) in [1u32, 8, 32].into_iter().enumerate() {
+            let lba = 100 + 300 * i as u64;
+            let data = pattern(blocks as usize * 4096, i as u64 + 11);
+            c.write(1, 4096, lba, &data).unwrap();
+            let mut back = vec![0u8; data.len()];
+            c.read(1, 4096, lba, &mut back).unwrap();
+            assert!(back == data, "own device {own}: {blocks} blocks at {lba}: read back differs");
+            let held = ns.snapshot(lba * 4096, data.len()).unwrap();
+            assert!(
+                held == data,
+                "own device {own}: {blocks} blocks at {lba}: the namespace does not hold them"
+            );
+        }
+        assert!(ns.snapshot(0, 100 * 4096).unwrap().iter().all(|&b| b == 0), "bytes before LBA 100 changed");
+        let q = &mut c.io_queues()[0];
+        let build = |q: &IoQueue, slot: u16| {
+            let mut b = sqe(io::WRITE_ZEROES, 1);
+            let mut s = Sqe::new_checked(&mut b[..]).unwrap();
+            s.set_qword_at(40, 400);
+            s.set_dptr(&q.sgl(slot, 0));
+            b
+        };
+        q.exec("Write Zeroes", build, None, None, Duration::from_secs(10)).unwrap();
+        assert!(ns.snapshot(400 * 4096, 4096).unwrap().iter().all(|&b| b == 0), "Write Zeroes left bytes");
+        assert!(ns.snapshot(401 * 4096, 4096).unwrap().iter().any(|&b| b != 0), "Write Zeroes went too far");
+        let mut tail = vec![0u8; 8192];
+        match c.read(1, 4096, 2047, &mut tail) {
+            Err(HostError::Status { status, .. }) => assert_eq!(status, Status::LBA_OUT_OF_RANGE),
+            other => panic!("read past the end: {other:?}"),
+        }
+        c.disconnect().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        server.join().unwrap().unwrap();
+        let s = target.stats();
+        assert!(s.writes >= 3 && s.reads >= 3, "{s:?}");
+    }
 }
 
 /// Submits a one-block Read or Write of `lba` from a free slot of `q`

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use roce::{Device, DeviceConfig};
-use roce_nvmf::namespace::{Backend, FileBackend, MemBackend};
+use roce_nvmf::namespace::{Backend, DeviceMem, FileBackend};
 use roce_nvmf::server::{self, Log};
 use roce_nvmf::target::{Namespace, SubsystemConfig, Target, TargetConfig};
 
@@ -22,7 +22,8 @@ pub struct TargetArgs {
     pub nqn: String,
     /// Namespaces 1, 2, ... in order: a file or block device (used in
     /// place, its size is the namespace's), or `mem:SIZE` (e.g. mem:64M,
-    /// zeroes, lost at exit). Comma-separated or repeated.
+    /// zeroes in the device's registered memory, moved by RDMA with no
+    /// copy, lost at exit). Comma-separated or repeated.
     #[arg(long = "namespace", value_delimiter = ',', required = true)]
     pub namespaces: Vec<String>,
     /// The address to serve on (the device's IP; it binds UDP 4791 there).
@@ -60,22 +61,24 @@ pub struct TargetArgs {
     pub pcap: Option<std::path::PathBuf>,
 }
 
-fn namespace(spec: &str, block: u32) -> Result<Namespace, String> {
+/// A namespace from its `--namespace` spec. `mem:SIZE` lives in `dev`'s
+/// registered memory, so reads and writes move by RDMA with no copy.
+fn namespace(spec: &str, block: u32, dev: &Device) -> Result<Namespace, String> {
     let backend: Arc<dyn Backend> = if let Some(size) = spec.strip_prefix("mem:") {
         let len = parse_bytes(size)?;
-        Arc::new(MemBackend::new(len))
+        Arc::new(DeviceMem::new(dev, len).map_err(|e| format!("namespace {spec}: {e}"))?)
     } else {
         Arc::new(FileBackend::open(Path::new(spec)).map_err(|e| format!("namespace {spec}: {e}"))?)
     };
     Ok(Namespace::new(backend, block))
 }
 
-fn config(a: &TargetArgs) -> Result<TargetConfig, String> {
+fn config(a: &TargetArgs, dev: &Device) -> Result<TargetConfig, String> {
     let block = u32::try_from(a.block_size)
         .ok()
         .filter(|b| b.is_power_of_two())
         .ok_or_else(|| format!("block size {}: must be a power of two from 512 B to 64 KiB", a.block_size))?;
-    let namespaces = a.namespaces.iter().map(|s| namespace(s, block)).collect::<Result<Vec<_>, _>>()?;
+    let namespaces = a.namespaces.iter().map(|s| namespace(s, block, dev)).collect::<Result<Vec<_>, _>>()?;
     let cfg = TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: a.nqn.clone(),
@@ -104,12 +107,12 @@ pub fn main(a: &TargetArgs) -> ExitCode {
 }
 
 fn run(a: &TargetArgs) -> Result<(), String> {
-    let cfg = config(a)?;
-    let target = Arc::new(Target::new(cfg).map_err(|e| e.to_string())?);
     let mut dc = DeviceConfig::new(SocketAddr::new(a.addr, a.udp_port));
     dc.pcap = a.pcap.clone();
     let dev =
         Device::open(dc).map_err(|e| format!("cannot open a device on {}:{}: {e}", a.addr, a.udp_port))?;
+    let cfg = config(a, &dev)?;
+    let target = Arc::new(Target::new(cfg).map_err(|e| e.to_string())?);
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone())

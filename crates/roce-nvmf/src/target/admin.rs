@@ -3,6 +3,7 @@
 //! Features, Keep Alive, Asynchronous Event Request, Abort).
 
 use super::command::{Cmd, Outcome, QueueState};
+use super::queue::Place;
 use super::{Ctrl, Target};
 use crate::wire::fabrics::{connect_data, fctype, property, Connect, ConnectData, PropertyCmd};
 use crate::wire::identify::{
@@ -76,7 +77,9 @@ fn connect(q: &mut QueueState, cmd: &Cmd<'_>) -> Outcome {
     if c.sqsize == 0 || c.sqsize >= q.crqsize() {
         return refuse(q, invalid_param(false, 44));
     }
-    let Some(data) = cmd.data else { return Outcome::NeedData { len: connect_data::LEN as u32 } };
+    let Some(data) = cmd.data else {
+        return Outcome::NeedData { len: connect_data::LEN as u32, into: Place::Buffer };
+    };
     let d = match ConnectData::parse(data) {
         Ok(d) => d,
         Err(crate::wire::fabrics::ConnectDataError::Nqn(at)) => return refuse(q, invalid_param(true, at)),
@@ -270,7 +273,7 @@ fn identify(t: &Target, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outcome {
 fn deliver(cmd: &Cmd<'_>, buf: &mut [u8], data: &[u8]) -> Outcome {
     let n = data.len().min(cmd.sgl_len as usize).min(buf.len());
     buf[..n].copy_from_slice(&data[..n]);
-    Outcome::Deliver { len: n as u32, dw0: 0 }
+    Outcome::Deliver { len: n as u32, dw0: 0, from: Place::Buffer }
 }
 
 /// Stable identifiers of a namespace (NGUID, UUID), derived from the
@@ -385,7 +388,7 @@ fn get_log_page(t: &Target, cntlid: u16, cmd: &Cmd<'_>, buf: &mut [u8]) -> Outco
     buf[..len].fill(0);
     buf[..end - start].copy_from_slice(&page[start..end]);
     let n = len.min(cmd.sgl_len as usize);
-    Outcome::Deliver { len: n as u32, dw0: 0 }
+    Outcome::Deliver { len: n as u32, dw0: 0, from: Place::Buffer }
 }
 
 fn set_features(t: &Target, cntlid: u16, cmd: &Cmd<'_>) -> Outcome {

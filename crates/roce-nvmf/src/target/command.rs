@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::queue::Place;
 use super::Target;
 use crate::wire::{Sqe, Status};
 
@@ -13,14 +14,18 @@ pub(super) enum Outcome {
         dw0: u32,
         dw1: u32,
     },
-    /// The host's data is needed (`len` bytes).
+    /// The host's data is needed (`len` bytes), brought `into` the
+    /// command's buffer or straight into a namespace.
     NeedData {
         len: u32,
+        into: Place,
     },
-    /// `len` bytes of the buffer go to the host, then success with `dw0`.
+    /// `len` bytes go to the host `from` the command's buffer or a
+    /// namespace, then success with `dw0`.
     Deliver {
         len: u32,
         dw0: u32,
+        from: Place,
     },
     Park,
 }
@@ -44,6 +49,9 @@ pub(super) struct Cmd<'a> {
     pub sgl_len: u32,
     /// The host's data, once present (in-capsule, or fetched).
     pub data: Option<&'a [u8]>,
+    /// The host's data is already where the command puts it: a fetch
+    /// into a namespace ([`Place::Namespace`]) brought it there.
+    pub placed: bool,
     pub now: u64,
 }
 

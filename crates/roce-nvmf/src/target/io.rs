@@ -3,6 +3,7 @@
 
 use super::command::{Cmd, Outcome, QueueState};
 use super::config::Namespace;
+use super::queue::Place;
 use crate::wire::{io as op, Status};
 
 /// Dataset Management takes at most 256 ranges of 16 bytes (Fig. 39).
@@ -47,6 +48,13 @@ pub(super) fn io(q: &mut QueueState, subsys: Option<usize>, cmd: &Cmd<'_>, buf: 
             }
             let off = slba << ns.lbads;
             let len = len as usize;
+            // A namespace whose memory the NIC can reach has the blocks
+            // moved by RDMA between it and the host, with no copy here.
+            let direct = ns.backend.region().is_some().then_some(Place::Namespace {
+                subsys,
+                ns: (nsid - 1) as usize,
+                offset: off,
+            });
             if opcode == op::READ {
                 // A Read's data goes to the host by RDMA WRITE of a keyed
                 // SGL; data present here came in the capsule, which cannot
@@ -54,20 +62,24 @@ pub(super) fn io(q: &mut QueueState, subsys: Option<usize>, cmd: &Cmd<'_>, buf: 
                 if cmd.data.is_some() {
                     return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
                 }
-                if ns.backend.read_at(off, &mut buf[..len]).is_err() {
+                if direct.is_none() && ns.backend.read_at(off, &mut buf[..len]).is_err() {
                     return Outcome::err(Status::INTERNAL_ERROR);
                 }
                 let mut st = t.lock();
                 st.stats.reads += 1;
                 st.stats.bytes_read += len as u64;
-                return Outcome::Deliver { len: len as u32, dw0: 0 };
+                return Outcome::Deliver { len: len as u32, dw0: 0, from: direct.unwrap_or(Place::Buffer) };
             }
-            let Some(data) = cmd.data else { return Outcome::NeedData { len: len as u32 } };
-            if data.len() != len {
-                return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
-            }
-            if ns.backend.write_at(off, data).is_err() {
-                return Outcome::err(Status::INTERNAL_ERROR);
+            if !cmd.placed {
+                let Some(data) = cmd.data else {
+                    return Outcome::NeedData { len: len as u32, into: direct.unwrap_or(Place::Buffer) };
+                };
+                if data.len() != len {
+                    return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
+                }
+                if ns.backend.write_at(off, data).is_err() {
+                    return Outcome::err(Status::INTERNAL_ERROR);
+                }
             }
             // Force Unit Access (CDW12 bit 30): durable before the answer.
             if cmd.sqe.cdw(2) & (1 << 30) != 0 && ns.backend.flush().is_err() {
@@ -99,7 +111,9 @@ pub(super) fn io(q: &mut QueueState, subsys: Option<usize>, cmd: &Cmd<'_>, buf: 
             if (cmd.sgl_len as usize) < len {
                 return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
             }
-            let Some(data) = cmd.data else { return Outcome::NeedData { len: len as u32 } };
+            let Some(data) = cmd.data else {
+                return Outcome::NeedData { len: len as u32, into: Place::Buffer };
+            };
             if data.len() < len {
                 return Outcome::err(Status::DATA_SGL_LENGTH_INVALID);
             }

@@ -28,7 +28,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 pub use config::{ConfigError, Namespace, SubsystemConfig, TargetConfig};
-pub use queue::{Queue, Response, Step};
+pub use queue::{Place, Queue, Response, Step};
 
 /// The controller ID a host gets is in 1..=0xFFEF (0xFFF0.. are reserved,
 /// 0xFFFF asks for a dynamic one).

@@ -22,21 +22,42 @@ pub struct Response {
 pub enum Step {
     /// Send this response; the command is over.
     Respond(Response),
-    /// Pull `len` bytes of the host's memory (`addr`, `key`) into the
-    /// command's buffer by RDMA READ, then call [`Queue::data_in`] with
-    /// the same capsule. (RDMA Transport 1.0, 3.3: the controller moves
-    /// all data; host-to-controller data by RDMA READ.)
-    Fetch { addr: u64, key: u32, len: u32 },
-    /// RDMA WRITE the first `len` bytes of the command's buffer to the
-    /// host's memory (`addr`, `key`), then send `response` on the same QP
-    /// (ordered after the WRITE, as the binding requires).
-    Deliver { addr: u64, key: u32, len: u32, response: Response },
+    /// Pull `len` bytes of the host's memory (`addr`, `key`) by RDMA READ
+    /// `into` the command's buffer, then call [`Queue::data_in`] with the
+    /// same capsule, or into a namespace, then call [`Queue::data_placed`].
+    /// (RDMA Transport 1.0, 3.3: the controller moves all data;
+    /// host-to-controller data by RDMA READ.)
+    Fetch { addr: u64, key: u32, len: u32, into: Place },
+    /// RDMA WRITE `len` bytes `from` the command's buffer (its first
+    /// bytes) or a namespace to the host's memory (`addr`, `key`), then
+    /// send `response` on the same QP (ordered after the WRITE, as the
+    /// binding requires).
+    Deliver { addr: u64, key: u32, len: u32, from: Place, response: Response },
     /// Held (an Asynchronous Event Request): no response until an event
     /// or the queue's end.
     Parked,
     /// Not a capsule this queue can answer (shorter than an SQE): Linux
     /// nvmet treats it as fatal to the connection, and so does the driver.
     Fatal(&'static str),
+}
+
+/// Where a command's data is on the target's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The command's data buffer, which the driver owns.
+    Buffer,
+    /// Bytes from `offset` of namespace index `ns` (NSID - 1) of subsystem
+    /// index `subsys`, whose back-end lends its memory to the NIC
+    /// ([`Backend::region`](crate::namespace::Backend::region)): the blocks
+    /// move between the host and the namespace by RDMA, with no copy
+    /// through the command's buffer. A driver that cannot reach that memory
+    /// copies through the buffer itself ([`Backend::read_at`] before the
+    /// WRITE; [`Backend::write_at`] after the READ, then
+    /// [`Queue::data_placed`]).
+    ///
+    /// [`Backend::read_at`]: crate::namespace::Backend::read_at
+    /// [`Backend::write_at`]: crate::namespace::Backend::write_at
+    Namespace { subsys: usize, ns: usize, offset: u64 },
 }
 
 /// One NVMe queue pair on one RDMA connection.
@@ -147,7 +168,7 @@ impl Queue {
                 Some(&bytes[SQE_LEN + offset as usize..][..len as usize])
             }
         };
-        let cmd = Cmd { sqe, sgl_len: sgl.len(), data, now };
+        let cmd = Cmd { sqe, sgl_len: sgl.len(), data, placed: false, now };
         let out = self.dispatch(&cmd, buf);
         self.finish(&cmd.sqe, Some(sgl), out)
     }
@@ -159,8 +180,22 @@ impl Queue {
             return Step::Fatal("capsule shorter than 64 bytes");
         };
         let sgl = Sgl::parse(sqe.dptr()).ok();
-        let cmd = Cmd { sqe, sgl_len: sgl.map_or(0, |s| s.len()), data: Some(data), now };
+        let cmd = Cmd { sqe, sgl_len: sgl.map_or(0, |s| s.len()), data: Some(data), placed: false, now };
         // Commands that take the host's data send none back.
+        let out = self.dispatch(&cmd, &mut []);
+        self.finish(&cmd.sqe, sgl, out)
+    }
+
+    /// The host's data for a command whose [`Step::Fetch`] named a
+    /// namespace is there: `bytes` is the same capsule. The command is
+    /// checked again as it was (the controller may have gone meanwhile)
+    /// and finished without touching the data.
+    pub fn data_placed(&mut self, now: u64, bytes: &[u8]) -> Step {
+        let Some(sqe) = Sqe::new_checked(bytes) else {
+            return Step::Fatal("capsule shorter than 64 bytes");
+        };
+        let sgl = Sgl::parse(sqe.dptr()).ok();
+        let cmd = Cmd { sqe, sgl_len: sgl.map_or(0, |s| s.len()), data: None, placed: true, now };
         let out = self.dispatch(&cmd, &mut []);
         self.finish(&cmd.sqe, sgl, out)
     }
@@ -223,20 +258,21 @@ impl Queue {
                 respond(status, dw0, dw1)
             }
             Outcome::Park => Step::Parked,
-            Outcome::NeedData { len } => match sgl {
+            Outcome::NeedData { len, into } => match sgl {
                 Some(Sgl::Keyed { addr, key, len: have, .. }) if have >= len && len > 0 => {
-                    Step::Fetch { addr, key, len }
+                    Step::Fetch { addr, key, len, into }
                 }
                 _ => {
                     self.st.target.lock().stats.errors += 1;
                     respond(Status::DATA_SGL_LENGTH_INVALID, 0, 0)
                 }
             },
-            Outcome::Deliver { len, dw0 } => match sgl {
+            Outcome::Deliver { len, dw0, from } => match sgl {
                 Some(Sgl::Keyed { addr, key, len: have, .. }) if have >= len => Step::Deliver {
                     addr,
                     key,
                     len,
+                    from,
                     response: Response { cqe: cqe(Status::SUCCESS, dw0, 0), invalidate },
                 },
                 _ => {

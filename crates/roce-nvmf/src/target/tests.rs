@@ -14,6 +14,7 @@ use crate::wire::fabrics::{
 };
 use crate::wire::identify::{cns, cntrltype, parse_discovery_log, ControllerInfo, NamespaceInfo};
 use crate::wire::{admin as op, feature, io, log, Cqe, Sgl, Sqe, Status, DISCOVERY_NQN, FLAGS_SGL, SQE_LEN};
+use roce::MemBuf;
 
 const NQN: &str = "nqn.2026-11.io.roce:test";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:host-a";
@@ -28,6 +29,9 @@ struct Host {
     next_key: u32,
     cid: u16,
     last: Vec<Step>,
+    /// The namespace a step naming one ([`Place::Namespace`]) moves data
+    /// to or from, as the driver's RDMA does.
+    ns: Option<Arc<dyn Backend>>,
 }
 
 /// `addr .. addr + len` of a host buffer, if it is inside.
@@ -43,7 +47,7 @@ fn set_cdw(b: &mut [u8], i: usize, v: u32) {
 
 impl Host {
     fn new() -> Host {
-        Host { mem: HashMap::new(), next_key: 0x100, cid: 0, last: Vec::new() }
+        Host { mem: HashMap::new(), next_key: 0x100, cid: 0, last: Vec::new(), ns: None }
     }
 
     /// A keyed SGL over a new buffer holding `data`.
@@ -80,18 +84,32 @@ impl Host {
                 // A key the host never gave (or a window outside its
                 // buffer) reads as zeroes and takes nothing: a real NIC
                 // would NAK it, which the target cannot tell apart.
-                Step::Fetch { addr, key, len } => {
+                Step::Fetch { addr, key, len, into } => {
                     let data = match self.mem.get(&key) {
                         Some(m) => window(m, addr, len).map(|r| m[r].to_vec()),
                         None => None,
                     };
                     let data = data.unwrap_or_else(|| vec![0; len as usize]);
-                    step = q.data_in(now, capsule, &data);
+                    step = match into {
+                        Place::Buffer => q.data_in(now, capsule, &data),
+                        Place::Namespace { offset, .. } => {
+                            self.ns.as_ref().expect("a namespace").write_at(offset, &data).unwrap();
+                            q.data_placed(now, capsule)
+                        }
+                    };
                 }
-                Step::Deliver { addr, key, len, response } => {
+                Step::Deliver { addr, key, len, from, response } => {
+                    let data = match from {
+                        Place::Buffer => buf[..len as usize].to_vec(),
+                        Place::Namespace { offset, .. } => {
+                            let mut d = vec![0u8; len as usize];
+                            self.ns.as_ref().expect("a namespace").read_at(offset, &mut d).unwrap();
+                            d
+                        }
+                    };
                     if let Some(m) = self.mem.get_mut(&key) {
                         if let Some(r) = window(m, addr, len) {
-                            m[r].copy_from_slice(&buf[..len as usize]);
+                            m[r].copy_from_slice(&data);
                         }
                     }
                     return Some(response.cqe);
@@ -197,7 +215,7 @@ impl Host {
     }
 }
 
-fn target_bs(allowed: &[&str], mem: Arc<MemBackend>, block: u32) -> Arc<Target> {
+fn target_bs(allowed: &[&str], mem: Arc<dyn Backend>, block: u32) -> Arc<Target> {
     let cfg = TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
@@ -234,6 +252,64 @@ fn bring_up(h: &mut Host, t: &Arc<Target>, kato: u32) -> (Queue, Queue, u16) {
     let mut q = io_queue(t, 1);
     assert_eq!(h.connect(&mut q, 0, NQN, HOST, cntlid, 0).status, Status::SUCCESS);
     (a, q, cntlid)
+}
+
+/// A memory namespace that lends its memory to the NIC: `region` stands
+/// for the registered buffer (the harness moves a namespace's data through
+/// `read_at`/`write_at`, as the driver does when it cannot reach it).
+struct Lent {
+    mem: MemBackend,
+    region: Arc<MemBuf>,
+}
+
+impl Backend for Lent {
+    fn len(&self) -> u64 {
+        self.mem.len()
+    }
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        self.mem.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> std::io::Result<()> {
+        self.mem.write_at(offset, buf)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn describe(&self) -> String {
+        "lent".into()
+    }
+    fn region(&self) -> Option<&Arc<MemBuf>> {
+        Some(&self.region)
+    }
+}
+
+/// A namespace that lends its memory has its blocks moved by RDMA alone:
+/// a Write's READ names the namespace at the blocks' offset and the
+/// command finishes once the data is placed; a Read's WRITE names it too.
+/// The checks before are the same: out of range moves nothing.
+#[test]
+fn a_namespace_that_lends_its_memory_has_no_data_copied() {
+    let lent = Arc::new(Lent { mem: MemBackend::new(MIB as u64), region: MemBuf::new(1) });
+    let t = target_bs(&[], lent.clone(), 4096);
+    let mut h = Host::new();
+    h.ns = Some(lent.clone());
+    let (_a, mut q, _) = bring_up(&mut h, &t, 0);
+    let data: Vec<u8> = (0..8192u32).map(|i| (i * 13 + 1) as u8).collect();
+    let (c, _) = h.rw(&mut q, 0, io::WRITE, 2, 2, data.clone());
+    assert_eq!(c.status, Status::SUCCESS);
+    let here = Place::Namespace { subsys: 0, ns: 0, offset: 8192 };
+    assert!(matches!(h.last[..], [Step::Fetch { len: 8192, into, .. }, Step::Respond(_)] if into == here));
+    assert_eq!(lent.mem.snapshot(8192, 8192), data);
+    let (c, back) = h.rw(&mut q, 0, io::READ, 2, 2, vec![0; 8192]);
+    assert_eq!(c.status, Status::SUCCESS);
+    assert!(matches!(h.last[..], [Step::Deliver { len: 8192, from, .. }] if from == here));
+    assert!(back == data, "read back differs");
+    let (c, back) = h.rw(&mut q, 0, io::READ, 255, 2, vec![9; 8192]);
+    assert_eq!(c.status, Status::LBA_OUT_OF_RANGE);
+    assert!(matches!(h.last[..], [Step::Respond(_)]));
+    assert!(back.iter().all(|&b| b == 9), "an out-of-range read moved data");
+    let s = t.stats();
+    assert_eq!((s.reads, s.writes, s.bytes_read, s.bytes_written), (1, 1, 8192, 8192));
 }
 
 #[test]
@@ -305,7 +381,7 @@ fn a_linux_host_brings_the_controller_up_and_moves_data() {
         let key = h.next_key - 1;
         assert!(matches!(
             h.last[..],
-            [Step::Fetch { addr: 0, key: k, len: 8192 }, Step::Respond(r)] if k == key && r.invalidate == Some(key)
+            [Step::Fetch { addr: 0, key: k, len: 8192, into: Place::Buffer }, Step::Respond(r)] if k == key && r.invalidate == Some(key)
         ));
         assert_eq!(mem.snapshot(2 * bs as u64, 8192), data);
         assert!(mem.snapshot(0, 2 * bs).iter().all(|&b| b == 0));
