@@ -6,6 +6,9 @@
 //! * `nvme connect -t rdma` gives a namespace of the file's size and our
 //!   block size; 16 MiB written with `dd oflag=direct` read back with the
 //!   same checksum, and the target's file holds those bytes;
+//! * namespace 2, in the target device's registered memory (`mem:`, moved
+//!   by RDMA straight from and into it): 8 MiB written with 128 KiB
+//!   O_DIRECT writes read back the same with 128 KiB and 4 KiB reads;
 //! * disconnect, reconnect: the bytes are still there;
 //! * with 3% random loss each way on the link (nftables), another 16 MiB
 //!   the same way;
@@ -30,6 +33,9 @@ use roce_test_support::lab::{self, text, Lab};
 
 const NQN: &str = "nqn.2026-11.io.roce:lab";
 const DISK_MIB: u64 = 64;
+/// Namespace 2: memory registered with the target's device, whose blocks
+/// the target sends and receives by RDMA with no copy.
+const MEM_MIB: u64 = 16;
 const CONNECT: &str = "nvme connect -t rdma -n nqn.2026-11.io.roce:lab -a 10.47.0.3 -s 4420";
 /// Shell: waits up to a minute for the namespace's block device after a
 /// connect (the host scans namespaces after `nvme connect` returns, and
@@ -44,7 +50,7 @@ fn start_target(disk: &Path, log: &Path) -> Child {
     let out = std::fs::File::create(log).expect("target log");
     lab::in_netns(env!("CARGO_BIN_EXE_roce"))
         .args(["nvmf", "target", "--nqn", NQN, "--addr", "10.47.0.3", "--namespace"])
-        .arg(disk)
+        .arg(format!("{},mem:{MEM_MIB}M", disk.display()))
         .stdin(Stdio::null())
         .stdout(out.try_clone().expect("log"))
         .stderr(out)
@@ -132,6 +138,27 @@ fn suite(lab: &Lab, dir: &Path, check: Option<&Path>) -> Vec<String> {
         Err(e) => fail("16 MiB through the kernel host", e),
     }
     let first = md5_of(&disk, 0, 16 << 20);
+
+    let (ok, out) = lab.exec(
+        &format!(
+            "{WAIT_NS} m=${{dev%1}}2; i=0; while [ ! -b $m ] && [ $i -lt 150 ]; do sleep 0.2; i=$((i+1)); done; \
+             dd if=/dev/urandom of=/tmp/m bs=1M count=8 2>/dev/null && md5sum /tmp/m && \
+             dd if=/tmp/m of=$m bs=128k oflag=direct 2>/dev/null && \
+             dd if=$m bs=128k count=64 iflag=direct 2>/dev/null | md5sum && \
+             dd if=$m bs=4k count=2048 iflag=direct 2>/dev/null | md5sum"
+        ),
+        300,
+    );
+    let m = md5s(&out);
+    if ok && m.len() == 3 && m[0] == m[1] && m[1] == m[2] {
+        eprintln!(
+            "ok   namespace 2 in the target device's memory: 8 MiB written with 128 KiB O_DIRECT, read back \
+             with 128 KiB and 4 KiB reads (md5 {})",
+            m[0]
+        );
+    } else {
+        fail("namespace 2 (device memory)", format!("wanted three equal md5s:\n{out}"));
+    }
 
     let (ok, out) = lab.exec(
         &format!(
