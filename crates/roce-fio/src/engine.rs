@@ -137,6 +137,11 @@ impl Conn {
 
     /// Sends `req` for `handle`: `Ok(true)` queued, `Ok(false)` no free
     /// entry (fio reaps and retries), `Err` refused without sending.
+    /// Sends the commands submitted since the last flush.
+    pub fn flush(&mut self) -> Result<(), String> {
+        self.queue().flush().map_err(|e| e.to_string())
+    }
+
     pub fn submit(&mut self, handle: usize, req: Request<'_>) -> Result<bool, Refused> {
         let (nsid, max) = (self.nsid, self.ctrl.max_transfer());
         let mut b;

@@ -198,9 +198,21 @@ unsafe extern "C" fn queue(td: *mut ThreadData, io_u: *mut IoU) -> c_int {
     }
 }
 
-/// Commands go out as `queue` posts them.
-unsafe extern "C" fn commit(_td: *mut ThreadData) -> c_int {
-    0
+/// Sends the commands `queue` took since the last commit, each
+/// connection's in one post.
+unsafe extern "C" fn commit(td: *mut ThreadData) -> c_int {
+    guard(-libc::EIO, || {
+        let Some(j) = job(td) else { return -libc::EINVAL };
+        let mut j = lock(&j);
+        for (_, conn) in j.conns.iter_mut() {
+            if let Err(e) = conn.flush() {
+                // fio takes a negative errno from commit as the job's error.
+                report("commit", &e);
+                return -libc::EIO;
+            }
+        }
+        0
+    })
 }
 
 /// Hands an outcome to its io_u.

@@ -37,6 +37,10 @@ pub struct HostQueue {
     busy: Vec<Option<Instant>>,
     free: Vec<u16>,
     spin: crate::rdma::Spin,
+    /// Commands submitted and not yet posted: they leave together at the
+    /// next `flush` or `poll`, one lock, one flush and one `sendmmsg` for
+    /// all, as a host rings the doorbell once for a batch of SQEs.
+    unposted: Vec<(SendWr, Option<Vec<u8>>)>,
 }
 
 impl HostQueue {
@@ -90,6 +94,7 @@ impl HostQueue {
             busy: vec![None; n],
             free: (0..depth).rev().collect(),
             spin: crate::rdma::Spin::default(),
+            unposted: Vec::new(),
         })
     }
 
@@ -139,7 +144,10 @@ impl HostQueue {
         Ok(self.data_mr.read(usize::from(slot) * self.slot_len, out)?)
     }
 
-    /// Sends `sqe` (its CID set to `slot`, SGL flags set) from `slot`.
+    /// Submits `sqe` (its CID set to `slot`, SGL flags set) from `slot`:
+    /// it is sent with the others submitted since at the next
+    /// [`HostQueue::flush`] or [`HostQueue::poll`]. Its latency counts from
+    /// here.
     pub fn submit(&mut self, slot: u16, mut sqe: [u8; SQE_LEN]) -> Result<(), HostError> {
         let mut v = Sqe::new_checked(&mut sqe[..]).expect("64 bytes");
         v.set_cid(slot);
@@ -148,12 +156,23 @@ impl HostQueue {
         let mut wr = SendWr::new(WR_SEND | u64::from(slot), SendOp::Send, vec![sge]);
         wr.inline = true;
         self.busy[usize::from(slot)] = Some(Instant::now());
-        self.conn.qp().post_send_inline(wr, &sqe)?;
+        self.unposted.push((wr, Some(sqe.to_vec())));
         Ok(())
     }
 
-    /// Completions that arrived, waiting up to `wait` for the first.
+    /// Sends the commands submitted since the last flush, in order.
+    pub fn flush(&mut self) -> Result<(), HostError> {
+        if self.unposted.is_empty() {
+            return Ok(());
+        }
+        let r = self.conn.qp().post_send_each(self.unposted.drain(..));
+        r.map_err(|(_, e)| HostError::Device(e))
+    }
+
+    /// Sends what was submitted ([`HostQueue::flush`]), then takes the
+    /// completions that arrived, waiting up to `wait` for the first.
     pub fn poll(&mut self, wait: Duration, out: &mut Vec<Done>) -> Result<(), HostError> {
+        self.flush()?;
         let mut wcs = [Wc::EMPTY; 32];
         let qp = self.conn.qp();
         let outstanding = self.outstanding();
