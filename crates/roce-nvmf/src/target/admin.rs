@@ -2,8 +2,7 @@
 //! command set a fabrics host uses (Identify, Get Log Page, Get/Set
 //! Features, Keep Alive, Asynchronous Event Request, Abort).
 
-use super::command::{Cmd, Outcome, QueueState};
-use super::queue::Place;
+use super::command::{Cmd, Outcome, Place, QueueState};
 use super::{Ctrl, Target};
 use crate::wire::fabrics::{connect_data, fctype, property, Connect, ConnectData, PropertyCmd};
 use crate::wire::identify::{

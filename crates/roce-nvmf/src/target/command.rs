@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::queue::Place;
 use super::Target;
 use crate::wire::{Sqe, Status};
 
@@ -40,6 +39,25 @@ impl Outcome {
     pub(super) fn err(status: Status) -> Outcome {
         Outcome::Done { status, dw0: 0, dw1: 0 }
     }
+}
+
+/// Where a command's data is on the target's side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// The command's data buffer, which the driver owns.
+    Buffer,
+    /// Bytes from `offset` of namespace index `ns` (NSID - 1) of subsystem
+    /// index `subsys`, whose back-end lends its memory to the NIC
+    /// ([`Backend::region`](crate::namespace::Backend::region)): the blocks
+    /// move between the host and the namespace by RDMA, with no copy
+    /// through the command's buffer. A driver that cannot reach that memory
+    /// copies through the buffer itself ([`Backend::read_at`] before the
+    /// WRITE; [`Backend::write_at`] after the READ, then
+    /// [`Queue::data_placed`](super::Queue::data_placed)).
+    ///
+    /// [`Backend::read_at`]: crate::namespace::Backend::read_at
+    /// [`Backend::write_at`]: crate::namespace::Backend::write_at
+    Namespace { subsys: usize, ns: usize, offset: u64 },
 }
 
 /// A command as the handlers see it.

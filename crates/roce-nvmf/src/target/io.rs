@@ -1,9 +1,8 @@
 //! NVM I/O commands (NVM Command Set 1.0, 3.2): Read, Write, Flush, Write
 //! Zeroes, Dataset Management.
 
-use super::command::{Cmd, Outcome, QueueState};
+use super::command::{Cmd, Outcome, Place, QueueState};
 use super::config::Namespace;
-use super::queue::Place;
 use crate::wire::{io as op, Status};
 
 /// Dataset Management takes at most 256 ranges of 16 bytes (Fig. 39).

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+pub use super::command::Place;
 use super::command::{Cmd, Outcome, QueueState};
 use super::{admin, io, Target};
 use crate::wire::fabrics::{rej_status, ReqPrivate};
@@ -39,25 +40,6 @@ pub enum Step {
     /// Not a capsule this queue can answer (shorter than an SQE): Linux
     /// nvmet treats it as fatal to the connection, and so does the driver.
     Fatal(&'static str),
-}
-
-/// Where a command's data is on the target's side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Place {
-    /// The command's data buffer, which the driver owns.
-    Buffer,
-    /// Bytes from `offset` of namespace index `ns` (NSID - 1) of subsystem
-    /// index `subsys`, whose back-end lends its memory to the NIC
-    /// ([`Backend::region`](crate::namespace::Backend::region)): the blocks
-    /// move between the host and the namespace by RDMA, with no copy
-    /// through the command's buffer. A driver that cannot reach that memory
-    /// copies through the buffer itself ([`Backend::read_at`] before the
-    /// WRITE; [`Backend::write_at`] after the READ, then
-    /// [`Queue::data_placed`]).
-    ///
-    /// [`Backend::read_at`]: crate::namespace::Backend::read_at
-    /// [`Backend::write_at`]: crate::namespace::Backend::write_at
-    Namespace { subsys: usize, ns: usize, offset: u64 },
 }
 
 /// One NVMe queue pair on one RDMA connection.
