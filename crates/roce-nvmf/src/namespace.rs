@@ -7,7 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use roce::{alloc_buffer, Access, Device, MemBuf, Mr};
+use roce::{try_alloc_buffer, Access, Device, MemBuf, Mr};
 
 /// The storage behind one namespace: byte-addressed, its length fixed.
 /// Calls come from several queues at once (`&self`); each call is whole
@@ -113,8 +113,11 @@ impl DeviceMem {
     pub fn new(dev: &Device, len: u64) -> roce::Result<DeviceMem> {
         let len = usize::try_from(len)
             .map_err(|_| roce::Error::Config(format!("{len} bytes do not fit in memory")))?;
+        let buf = try_alloc_buffer(len).ok_or_else(|| {
+            roce::Error::Config(format!("cannot allocate {len} bytes of memory for a namespace"))
+        })?;
         let pd = dev.alloc_pd()?;
-        let mr = pd.reg_mr(alloc_buffer(len), Access::LOCAL_WRITE)?;
+        let mr = pd.reg_mr(buf, Access::LOCAL_WRITE)?;
         Ok(DeviceMem { mr })
     }
 

@@ -158,15 +158,36 @@ impl MemBuf {
     ///
     /// # Panics
     /// If `align` is not a power of two, or the size overflows `isize`.
+    /// Aborts, as `Vec` does, if the allocator has no room.
     pub fn with_alignment(len: usize, align: usize) -> Arc<MemBuf> {
+        let layout = MemBuf::layout(len, align).expect("buffer size overflows isize");
+        MemBuf::alloc(layout, len).unwrap_or_else(|| std::alloc::handle_alloc_error(layout))
+    }
+
+    /// [`MemBuf::with_alignment`] for a size that comes from outside (a
+    /// configuration): `None`, not an abort, where the size overflows or
+    /// the allocator has no room.
+    ///
+    /// # Panics
+    /// If `align` is not a power of two.
+    pub fn try_with_alignment(len: usize, align: usize) -> Option<Arc<MemBuf>> {
+        MemBuf::alloc(MemBuf::layout(len, align)?, len)
+    }
+
+    /// `len` rounded up to a multiple of the alignment (at least a page),
+    /// at least one unit; `None` if that overflows `isize`.
+    fn layout(len: usize, align: usize) -> Option<Layout> {
         assert!(align.is_power_of_two(), "alignment {align} is not a power of two");
         let align = align.max(PAGE_SIZE);
-        let size = len.max(1).checked_next_multiple_of(align).expect("buffer size overflows");
-        let layout = Layout::from_size_align(size, align).expect("buffer size overflows isize");
-        // SAFETY: layout has non-zero size.
+        let size = len.max(1).checked_next_multiple_of(align)?;
+        Layout::from_size_align(size, align).ok()
+    }
+
+    fn alloc(layout: Layout, len: usize) -> Option<Arc<MemBuf>> {
+        // SAFETY: layout has non-zero size (at least one page).
         let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Arc::new(MemBuf::with_backing(ptr, len, Backing::Owned(layout)))
+        let ptr = NonNull::new(raw)?;
+        Some(Arc::new(MemBuf::with_backing(ptr, len, Backing::Owned(layout))))
     }
 
     fn with_backing(ptr: NonNull<u8>, len: usize, backing: Backing) -> MemBuf {

@@ -21,7 +21,22 @@ pub fn alloc_buffer(len: usize) -> Arc<MemBuf> {
     if len < HUGE_PAGE_SIZE {
         return MemBuf::new(len);
     }
-    let buf = MemBuf::with_alignment(len, HUGE_PAGE_SIZE);
+    advise(MemBuf::with_alignment(len, HUGE_PAGE_SIZE))
+}
+
+/// [`alloc_buffer`] for a size that comes from outside (a configuration, a
+/// command line): `None`, not an abort, where the machine cannot give that
+/// much memory.
+pub fn try_alloc_buffer(len: usize) -> Option<Arc<MemBuf>> {
+    let align = if len < HUGE_PAGE_SIZE { 4096 } else { HUGE_PAGE_SIZE };
+    let buf = MemBuf::try_with_alignment(len, align)?;
+    Some(if len < HUGE_PAGE_SIZE { buf } else { advise(buf) })
+}
+
+/// Offers a 2 MiB-aligned buffer's pages to the kernel for transparent
+/// huge pages.
+fn advise(buf: Arc<MemBuf>) -> Arc<MemBuf> {
+    let len = buf.len();
     // `with_alignment` spans `len` rounded up to the alignment.
     let size = len.next_multiple_of(HUGE_PAGE_SIZE);
     // SAFETY: MADV_HUGEPAGE is advice: it changes neither the contents nor
@@ -37,6 +52,18 @@ pub fn alloc_buffer(len: usize) -> Arc<MemBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A size no machine has is refused, not an abort; a fallible buffer
+    /// is laid out as the infallible one.
+    #[test]
+    fn a_buffer_too_large_is_refused() {
+        assert!(try_alloc_buffer(isize::MAX as usize).is_none());
+        assert!(try_alloc_buffer(usize::MAX).is_none());
+        let b = try_alloc_buffer(3 << 20).unwrap();
+        assert_eq!((b.len(), b.addr() % HUGE_PAGE_SIZE as u64), (3 << 20, 0));
+        let s = try_alloc_buffer(100).unwrap();
+        assert_eq!((s.len(), s.addr() % 4096), (100, 0));
+    }
 
     #[test]
     fn large_buffers_are_huge_page_aligned() {

@@ -35,7 +35,7 @@ mod timer;
 pub mod udp;
 mod wait;
 
-pub use buffer::{alloc_buffer, HUGE_PAGE_SIZE};
+pub use buffer::{alloc_buffer, try_alloc_buffer, HUGE_PAGE_SIZE};
 pub use config::{DeviceConfig, RxIcrcCheck};
 pub use cq::{Cq, WaitCompletions, WC_ZERO};
 pub use device::Device;

@@ -150,3 +150,35 @@ fn run(a: &TargetArgs) -> Result<(), String> {
     );
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        a: TargetArgs,
+    }
+
+    /// Namespaces the machine cannot hold, and a block size that is not a
+    /// power of two, are refused with a message, not an abort.
+    #[test]
+    fn a_namespace_too_large_or_a_bad_block_is_refused() {
+        let dev = Device::open(DeviceConfig::new("127.0.0.46:4791".parse().unwrap())).unwrap();
+        let args = |extra: &[&str]| {
+            let mut v = vec!["target", "--namespace"];
+            v.extend_from_slice(extra);
+            Cli::try_parse_from(v).unwrap().a
+        };
+        let e = config(&args(&["mem:100000G"]), &dev).unwrap_err();
+        assert!(e.contains("cannot allocate 107374182400000 bytes"), "{e}");
+        let e = config(&args(&["mem:1M", "--block-size", "3000"]), &dev).unwrap_err();
+        assert!(e.contains("must be a power of two"), "{e}");
+        let c = config(&args(&["mem:1M"]), &dev).unwrap();
+        assert_eq!(c.subsystems[0].namespaces[0].backend.len(), 1 << 20);
+        assert!(c.subsystems[0].namespaces[0].backend.region().is_some());
+    }
+}
