@@ -7,8 +7,8 @@
 //!
 //! A namespace in the device's memory ([`DeviceMem`](crate::namespace::DeviceMem))
 //! is registered with each connection's protection domain, and its blocks
-//! go to and come from the host by RDMA with no copy. Otherwise data is
-//! copied once between the command's registered slot and a buffer of the
+//! go to and come from the host by RDMA with no copy ([`Queue::reach`]).
+//! Otherwise data is copied once between the command's registered slot and a buffer of the
 //! thread's own, so that a namespace's file I/O never runs under the
 //! device's lock (which the NIC needs for every packet).
 
@@ -25,7 +25,6 @@ use roce::{alloc_buffer, Access, Device, Mr, Qp, RecvWr, SendOp, SendWr, Wc, WcO
 use crate::rdma::Spin;
 use crate::target::{Place, Queue, Response, Step, Target};
 use crate::wire::fabrics::{rej_private, rej_status, RepPrivate, ReqPrivate};
-use crate::wire::Status;
 
 /// Where the server's messages go (a line each).
 pub type Log = Arc<dyn Fn(&str) + Send + Sync>;
@@ -125,10 +124,10 @@ struct QueueConn {
     pending: Vec<Option<Pending>>,
     /// Commands that came before a slot was free (in order).
     waiting: VecDeque<Vec<u8>>,
-    target: Arc<Target>,
     /// The regions of namespaces whose memory the NIC reaches
     /// (`Backend::region`), by subsystem and namespace index, registered
-    /// with this connection's protection domain.
+    /// with this connection's protection domain (the queue is told:
+    /// `Queue::reach`).
     regions: HashMap<(usize, usize), Mr>,
     /// Work requests made by one batch of completions, posted together
     /// after it (`post`): one lock and one flush for the batch, so the
@@ -143,8 +142,8 @@ impl QueueConn {
         l: &Listener,
         id: roce::cm::CmId,
         req: ReqInfo,
-        queue: Queue,
-        target: &Arc<Target>,
+        mut queue: Queue,
+        target: &Target,
         log: &Log,
     ) -> roce::Result<QueueConn> {
         let entries = usize::from(queue.crqsize());
@@ -161,9 +160,10 @@ impl QueueConn {
                 match pd.reg_mr(buf.clone(), Access::LOCAL_WRITE) {
                     Ok(mr) => {
                         regions.insert((s, n), mr);
+                        queue.reach(s, n);
                     }
-                    // Memory of another device: its blocks are copied
-                    // through the data slots instead.
+                    // Memory of another device: its blocks go through the
+                    // data slots instead.
                     Err(e) => log(&format!(
                         "namespace {} of {}: not reachable by RDMA from this device ({e}): copied",
                         n + 1,
@@ -198,7 +198,6 @@ impl QueueConn {
             free: (0..entries).rev().collect(),
             pending: (0..entries).map(|_| None).collect(),
             waiting: VecDeque::new(),
-            target: target.clone(),
             regions,
             outbox: Vec::new(),
         })
@@ -326,15 +325,11 @@ impl QueueConn {
 
     /// Runs a command whose data an RDMA READ brought into slot `d`: read
     /// in place when `in_place`, else through `scratch`. Data the READ
-    /// put straight into a namespace is already where it goes; for a
-    /// namespace out of this device's reach the READ used the slot, and
-    /// the command runs from there as any other.
+    /// put straight into a namespace is already where it goes.
     fn data_in(&mut self, d: usize, now: u64, p: &Pending, scratch: &mut [u8]) -> Result<Step, String> {
         let at = d * self.buffer_len;
-        if let Place::Namespace { subsys, ns, .. } = p.into {
-            if self.regions.contains_key(&(subsys, ns)) {
-                return Ok(self.queue.data_placed(now, &p.capsule));
-            }
+        if p.into != Place::Buffer {
+            return Ok(self.queue.data_placed(now, &p.capsule));
         }
         if self.in_place {
             let (mr, queue) = (&self.data_mr, &mut self.queue);
@@ -352,46 +347,20 @@ impl QueueConn {
             Step::Respond(r) => self.respond(d, r),
             Step::Fetch { addr, key, len, into } => {
                 self.pending[d] = Some(Pending { capsule, len: len as usize, into });
-                let sge = match into {
-                    Place::Namespace { subsys, ns, offset } => match self.regions.get(&(subsys, ns)) {
-                        Some(mr) => mr.sge(offset, len),
-                        None => self.data_mr.sge(at, len),
-                    },
-                    Place::Buffer => self.data_mr.sge(at, len),
-                };
+                let sge = self.sge(into, at, len)?;
                 let wr =
                     SendWr::new(WR_READ | d as u64, SendOp::Read { remote_addr: addr, rkey: key }, vec![sge]);
                 self.outbox.push((wr, None));
                 Ok(())
             }
-            Step::Deliver { addr, key, len, from, mut response } => {
+            Step::Deliver { addr, key, len, from, response } => {
                 if len > 0 {
-                    let sge = match from {
-                        Place::Namespace { subsys, ns, offset } => match self.regions.get(&(subsys, ns)) {
-                            Some(mr) => mr.sge(offset, len),
-                            None => {
-                                // Out of this device's reach: through the slot.
-                                let backend = &self.target.config().subsystems[subsys].namespaces[ns].backend;
-                                let mut bytes = vec![0u8; len as usize];
-                                if backend.read_at(offset, &mut bytes).is_err() {
-                                    response.cqe.status = Status::INTERNAL_ERROR;
-                                    return self.respond(d, response);
-                                }
-                                self.data_mr
-                                    .write(at as usize, &bytes)
-                                    .map_err(|e| format!("data slot: {e}"))?;
-                                self.data_mr.sge(at, len)
-                            }
-                        },
-                        Place::Buffer => {
-                            if !self.in_place {
-                                self.data_mr
-                                    .write(at as usize, &scratch[..len as usize])
-                                    .map_err(|e| format!("data slot: {e}"))?;
-                            }
-                            self.data_mr.sge(at, len)
-                        }
-                    };
+                    if from == Place::Buffer && !self.in_place {
+                        self.data_mr
+                            .write(at as usize, &scratch[..len as usize])
+                            .map_err(|e| format!("data slot: {e}"))?;
+                    }
+                    let sge = self.sge(from, at, len)?;
                     let mut wr = SendWr::new(
                         WR_WRITE | d as u64,
                         SendOp::Write { remote_addr: addr, rkey: key },
@@ -411,6 +380,19 @@ impl QueueConn {
                 Ok(())
             }
             Step::Fatal(why) => Err(why.to_string()),
+        }
+    }
+
+    /// The SGE for `len` bytes at `place`: the command's slot (at `at`) or
+    /// a namespace's region registered here (the only namespaces the queue
+    /// names: `Queue::reach`).
+    fn sge(&self, place: Place, at: u64, len: u32) -> Result<roce::Sge, String> {
+        match place {
+            Place::Buffer => Ok(self.data_mr.sge(at, len)),
+            Place::Namespace { subsys, ns, offset } => match self.regions.get(&(subsys, ns)) {
+                Some(mr) => Ok(mr.sge(offset, len)),
+                None => Err(format!("namespace {} of subsystem {subsys} is not registered here", ns + 1)),
+            },
         }
     }
 

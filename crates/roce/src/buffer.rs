@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use roce_proto::mem::PAGE_SIZE;
 use roce_proto::MemBuf;
 
 /// Size of an x86-64 huge page: buffers of this size or more are aligned to
@@ -28,9 +29,10 @@ pub fn alloc_buffer(len: usize) -> Arc<MemBuf> {
 /// command line): `None`, not an abort, where the machine cannot give that
 /// much memory.
 pub fn try_alloc_buffer(len: usize) -> Option<Arc<MemBuf>> {
-    let align = if len < HUGE_PAGE_SIZE { 4096 } else { HUGE_PAGE_SIZE };
-    let buf = MemBuf::try_with_alignment(len, align)?;
-    Some(if len < HUGE_PAGE_SIZE { buf } else { advise(buf) })
+    if len < HUGE_PAGE_SIZE {
+        return MemBuf::try_with_alignment(len, PAGE_SIZE);
+    }
+    MemBuf::try_with_alignment(len, HUGE_PAGE_SIZE).map(advise)
 }
 
 /// Offers a 2 MiB-aligned buffer's pages to the kernel for transparent

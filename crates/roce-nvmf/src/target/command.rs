@@ -1,6 +1,7 @@
 //! What the command handlers share with the queue: the command as they
 //! see it, what they decide, and the queue's state they may change.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::Target;
@@ -83,6 +84,10 @@ pub(super) struct QueueState {
     pub entries: u16,
     pub cntlid: Option<u16>,
     pub disconnect: bool,
+    /// Namespaces (subsystem and namespace index) whose memory the driver
+    /// reaches by RDMA on this connection ([`Queue::reach`](super::Queue::reach)):
+    /// their commands name them as their data's place.
+    pub direct: HashSet<(usize, usize)>,
 }
 
 impl QueueState {

@@ -47,11 +47,12 @@ pub(super) fn io(q: &mut QueueState, subsys: Option<usize>, cmd: &Cmd<'_>, buf: 
             }
             let off = slba << ns.lbads;
             let len = len as usize;
-            // A namespace whose memory the NIC can reach has the blocks
+            // A namespace whose memory the driver reaches has the blocks
             // moved by RDMA between it and the host, with no copy here.
-            let direct = ns.backend.region().is_some().then_some(Place::Namespace {
+            let index = (nsid - 1) as usize;
+            let direct = q.direct.contains(&(subsys, index)).then_some(Place::Namespace {
                 subsys,
-                ns: (nsid - 1) as usize,
+                ns: index,
                 offset: off,
             });
             if opcode == op::READ {

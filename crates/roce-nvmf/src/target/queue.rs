@@ -1,6 +1,7 @@
 //! One queue pair of a controller (one RDMA connection): capsules in,
 //! [`Step`]s out.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use super::command::Place;
@@ -68,13 +69,29 @@ impl Queue {
             return Err(rej_status::INVALID_HRQSIZE);
         }
         Ok(Queue {
-            st: QueueState { target, qid: req.qid, entries: entries as u16, cntlid: None, disconnect: false },
+            st: QueueState {
+                target,
+                qid: req.qid,
+                entries: entries as u16,
+                cntlid: None,
+                disconnect: false,
+                direct: HashSet::new(),
+            },
             received: 0,
         })
     }
 
     pub fn qid(&self) -> u16 {
         self.st.qid
+    }
+
+    /// The driver reaches namespace index `ns` of subsystem index `subsys`
+    /// by RDMA on this connection (it registered the namespace's
+    /// [`region`](crate::namespace::Backend::region)): Reads and Writes of
+    /// it name it as their data's place ([`Place::Namespace`]). Others go
+    /// through the command's buffer.
+    pub fn reach(&mut self, subsys: usize, ns: usize) {
+        self.st.direct.insert((subsys, ns));
     }
 
     /// The REP's CRQSIZE: receive buffers the driver must keep posted.
