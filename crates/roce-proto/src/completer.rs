@@ -660,7 +660,7 @@ impl Completer {
     /// `offset`; a local fault ends the WQE (and the QP) in error.
     fn place(c: &mut Ctx<'_>, idx: usize, offset: u64, payload: &[u8]) -> bool {
         let w = &c.q.sq[idx];
-        match c.res.mrs.scatter(&w.wr.sg_list, c.q.init.pd, offset, payload) {
+        match c.res.mrs.scatter_payload(c.res.cfg.payload, &w.wr.sg_list, c.q.init.pd, offset, payload) {
             Ok(()) => true,
             Err(e) => {
                 c.q.fail_front(match e {

@@ -101,6 +101,45 @@ pub struct EngineConfig {
     /// MTU, see `PathMtu::for_link_mtu`). A driver sets it from the link
     /// it sends on; 1024, what a 1500-byte Ethernet gives, by default.
     pub cm_path_mtu: PathMtu,
+    /// What the engine does with the bytes of messages: every byte, as a
+    /// device must; or, for a simulator's hosts whose results nobody reads,
+    /// only each message's first bytes (see [`Payload`]).
+    pub payload: Payload,
+}
+
+/// Whether a message's bytes are moved, or only its length travels.
+///
+/// A simulated fabric that times a workload and does not check its results
+/// gains nothing from moving every byte: the time a packet takes depends on
+/// its length alone. With [`Payload::Elided`], packets keep their lengths and
+/// the protocol its every rule (PSNs, ACKs, windows, the checks on headers,
+/// lengths, keys and bounds), but past each message's first `keep` bytes the
+/// payload is neither gathered from memory on send (zeros go in its place)
+/// nor placed in memory on receive, and the ICRC covers only the transport
+/// headers (BTH and extension headers), not the payload. Two engines talk
+/// only if both use the same mode: an ICRC over the whole datagram fails
+/// here and the reverse. Never for a device on a network: a payload byte
+/// corrupted in flight would go unseen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Payload {
+    /// Every byte gathered, carried, placed and covered by the ICRC.
+    #[default]
+    Carried,
+    /// Only the first `keep` bytes of each message (at its start: a
+    /// header the application reads) are carried and placed.
+    Elided { keep: u32 },
+}
+
+impl Payload {
+    /// Of `len` payload bytes at `offset` in their message, how many
+    /// (from the first) are carried.
+    #[inline]
+    pub fn carried(self, offset: u64, len: usize) -> usize {
+        match self {
+            Payload::Carried => len,
+            Payload::Elided { keep } => (u64::from(keep).saturating_sub(offset)).min(len as u64) as usize,
+        }
+    }
 }
 
 impl EngineConfig {
@@ -130,6 +169,7 @@ impl EngineConfig {
             max_inline: limits::MAX_INLINE,
             max_msg_size: limits::MAX_MSG_SIZE,
             cm_path_mtu: PathMtu::Mtu1024,
+            payload: Payload::Carried,
         }
     }
 }

@@ -94,6 +94,12 @@ pub struct Transmit {
     pub segment_size: usize,
     /// The source QP (for drivers that shard or trace by QP).
     pub qpn: u32,
+    /// Of a single datagram, the bytes at its start that carry anything:
+    /// `len`, unless the engine elides payload (`config::Payload`), when
+    /// the bytes from here to the ICRC are zeros that stand for payload not
+    /// carried, and that an engine in the same mode does not read. `len`
+    /// for a batch.
+    pub carried: usize,
 }
 
 impl Transmit {
@@ -109,4 +115,19 @@ impl Transmit {
 /// the datagram is too long for IP.
 pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
     meta.encap().icrc(body).ok()
+}
+
+/// What of `body` (BTH through pad) the ICRC covers: all of it, or, when
+/// the engine elides payload ([`crate::config::Payload::Elided`]), the BTH
+/// and its opcode's extension headers alone. `None`: an unknown opcode, or
+/// a body shorter than its headers.
+pub(crate) fn icrc_body(payload: crate::config::Payload, body: &[u8]) -> Option<&[u8]> {
+    match payload {
+        crate::config::Payload::Carried => Some(body),
+        crate::config::Payload::Elided { .. } => {
+            let bth = roce_wire::bth::Bth::new_checked(body).ok()?;
+            let info = roce_wire::opcode::lookup(bth.opcode())?;
+            body.get(..roce_wire::bth::HEADER_LEN + info.headers.len_bytes())
+        }
+    }
 }

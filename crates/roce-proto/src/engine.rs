@@ -188,6 +188,15 @@ impl Engine {
         &self.res.cfg
     }
 
+    /// Whether messages' bytes are moved or only their lengths travel
+    /// (`EngineConfig::payload`). For a simulator between runs: it holds
+    /// for what is sent and received from now on, so it is changed while
+    /// nothing is in flight, on every engine of the fabric alike (the
+    /// ICRC of one mode fails in the other).
+    pub fn set_payload(&mut self, payload: crate::config::Payload) {
+        self.res.cfg.payload = payload;
+    }
+
     /// READ-response bytes this device asked for and has not received,
     /// across its QPs: held within `EngineConfig::rx_budget_bytes`.
     pub fn read_outstanding(&self) -> u64 {

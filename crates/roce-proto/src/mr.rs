@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::config::Payload;
 use crate::mem::{EngineId, MemBuf, NicBuf};
 use crate::verbs::{Access, Object, PdId, Sge, VerbsError};
 
@@ -154,58 +155,108 @@ impl MrTable {
         Ok((&mr.buf, off))
     }
 
-    /// Copies bytes `[offset, offset + out.len())` of the logical
-    /// concatenation of `sges` into `out`.
-    pub fn gather(&self, sges: &[Sge], pd: PdId, mut offset: u64, out: &mut [u8]) -> Result<(), LocalError> {
+    /// Walks bytes `[offset, offset + len)` of the logical concatenation
+    /// of `sges`: each piece's buffer and offset in it, and its place in
+    /// the walked range, after checking the element holds `need`.
+    fn walk(
+        &self,
+        sges: &[Sge],
+        pd: PdId,
+        need: Access,
+        mut offset: u64,
+        len: usize,
+        mut f: impl FnMut(&NicBuf, usize, std::ops::Range<usize>) -> Result<(), LocalError>,
+    ) -> Result<(), LocalError> {
         let mut done = 0;
         for sge in sges {
-            if done == out.len() {
+            if done == len {
                 break;
             }
-            let len = u64::from(sge.length);
-            if offset >= len {
-                offset -= len;
+            let sl = u64::from(sge.length);
+            if offset >= sl {
+                offset -= sl;
                 continue;
             }
-            let n = ((len - offset) as usize).min(out.len() - done);
-            let (buf, base) = self.local(sge, pd, Access::NONE)?;
-            buf.nic_read(base + offset as usize, &mut out[done..done + n])
-                .map_err(|_| LocalError::Protection)?;
+            let n = ((sl - offset) as usize).min(len - done);
+            let (buf, base) = self.local(sge, pd, need)?;
+            f(buf, base + offset as usize, done..done + n)?;
             done += n;
             offset = 0;
         }
-        if done == out.len() {
+        if done == len {
             Ok(())
         } else {
             Err(LocalError::Length)
         }
     }
 
+    /// Copies bytes `[offset, offset + out.len())` of the logical
+    /// concatenation of `sges` into `out`.
+    pub fn gather(&self, sges: &[Sge], pd: PdId, offset: u64, out: &mut [u8]) -> Result<(), LocalError> {
+        self.walk(sges, pd, Access::NONE, offset, out.len(), |buf, at, r| {
+            buf.nic_read(at, &mut out[r]).map_err(|_| LocalError::Protection)
+        })
+    }
+
     /// Copies `data` into the logical concatenation of `sges` at `offset`;
     /// every element written needs Local Write.
-    pub fn scatter(&self, sges: &[Sge], pd: PdId, mut offset: u64, data: &[u8]) -> Result<(), LocalError> {
-        let mut done = 0;
-        for sge in sges {
-            if done == data.len() {
-                break;
-            }
-            let len = u64::from(sge.length);
-            if offset >= len {
-                offset -= len;
-                continue;
-            }
-            let n = ((len - offset) as usize).min(data.len() - done);
-            let (buf, base) = self.local(sge, pd, Access::LOCAL_WRITE)?;
-            buf.nic_write(base + offset as usize, &data[done..done + n])
-                .map_err(|_| LocalError::Protection)?;
-            done += n;
-            offset = 0;
+    pub fn scatter(&self, sges: &[Sge], pd: PdId, offset: u64, data: &[u8]) -> Result<(), LocalError> {
+        self.walk(sges, pd, Access::LOCAL_WRITE, offset, data.len(), |buf, at, r| {
+            buf.nic_write(at, &data[r]).map_err(|_| LocalError::Protection)
+        })
+    }
+
+    /// [`MrTable::gather`] of what `payload` carries of `out.len()` bytes
+    /// at `offset` in their message: the rest is checked as a gather
+    /// would and left zero.
+    pub fn gather_payload(
+        &self,
+        payload: Payload,
+        sges: &[Sge],
+        pd: PdId,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), LocalError> {
+        let n = payload.carried(offset, out.len());
+        if n == out.len() {
+            return self.gather(sges, pd, offset, out);
         }
-        if done == data.len() {
-            Ok(())
-        } else {
-            Err(LocalError::Length)
+        out[n..].fill(0);
+        self.gather(sges, pd, offset, &mut out[..n])?;
+        self.check(sges, pd, Access::NONE, offset + n as u64, out.len() - n)
+    }
+
+    /// [`MrTable::scatter`] of what `payload` carries of `data` at
+    /// `offset` in its message: the rest is checked as a scatter would,
+    /// and not written.
+    pub fn scatter_payload(
+        &self,
+        payload: Payload,
+        sges: &[Sge],
+        pd: PdId,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), LocalError> {
+        let n = payload.carried(offset, data.len());
+        if n == data.len() {
+            return self.scatter(sges, pd, offset, data);
         }
+        self.scatter(sges, pd, offset, &data[..n])?;
+        self.check(sges, pd, Access::LOCAL_WRITE, offset + n as u64, data.len() - n)
+    }
+
+    /// The checks of a gather (`need` = `Access::NONE`) or a scatter
+    /// (`Access::LOCAL_WRITE`) of `len` bytes at `offset`, moving nothing
+    /// (an engine that elides payload, see `config::Payload`).
+    pub fn check(
+        &self,
+        sges: &[Sge],
+        pd: PdId,
+        need: Access,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), LocalError> {
+        self.walk(sges, pd, need, offset, len, |_, _, _| Ok(()))
     }
 }
 

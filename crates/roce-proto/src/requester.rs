@@ -31,6 +31,7 @@ use roce_wire::{
     Transport,
 };
 
+use crate::config::Payload;
 use crate::qp::QpCore;
 use crate::res::Res;
 use crate::time::{ack_timeout, Instant};
@@ -417,7 +418,13 @@ impl Requester {
                 dst.copy_from_slice(&data.as_slice()[o..o + payload_len]);
                 Ok(())
             }
-            None if payload_len > 0 => res.mrs.gather(&wqe.wr.sg_list, q.init.pd, self.offset, dst),
+            // (an engine that elides payload gathers each message's first
+            // bytes only)
+            None if payload_len > 0 => {
+                // (UD's one-packet messages, CM's among them, always whole)
+                let payload = if q.init.qp_type == QpType::Ud { Payload::Carried } else { res.cfg.payload };
+                res.mrs.gather_payload(payload, &wqe.wr.sg_list, q.init.pd, self.offset, dst)
+            }
             None => Ok(()),
         };
         if gathered.is_err() {

@@ -75,6 +75,8 @@ enum RespItem {
         rkey: u32,
         va: u64,
         remaining: u64,
+        /// Bytes of this response sent before `va`.
+        sent: u64,
         psn: Psn,
         first: bool,
         msn: u32,
@@ -311,7 +313,7 @@ impl Responder {
             return Err(Fault::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
         }
         if n > 0 {
-            match res.mrs.scatter(&wqe.wr.sg_list, pd, *placed, pkt.payload) {
+            match res.mrs.scatter_payload(res.cfg.payload, &wqe.wr.sg_list, pd, *placed, pkt.payload) {
                 Ok(()) => {}
                 Err(LocalError::Protection) => {
                     return Err(Fault::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr)))
@@ -381,7 +383,11 @@ impl Responder {
         }
         if n > 0 {
             let (buf, off) = res.mrs.remote(*rkey, pd, *va, n, Access::REMOTE_WRITE).ok_or(access)?;
-            buf.nic_write(off, pkt.payload).map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
+            // (an engine that elides payload places each message's first
+            // bytes only; the whole range was checked)
+            let carried = res.cfg.payload.carried(*dma_len - *remaining, pkt.payload.len());
+            buf.nic_write(off, &pkt.payload[..carried])
+                .map_err(|_| Fault::Nak(NakCode::RemoteAccessError, None))?;
         }
         *va += n;
         *remaining -= n;
@@ -525,7 +531,16 @@ impl Responder {
     fn push_read(&mut self, reth: &RethRepr, psn: Psn, replay: bool) {
         let msn = self.msn;
         let remaining = u64::from(reth.dma_len);
-        self.push(RespItem::Read { rkey: reth.rkey, va: reth.va, remaining, psn, first: true, msn, replay });
+        self.push(RespItem::Read {
+            rkey: reth.rkey,
+            va: reth.va,
+            remaining,
+            sent: 0,
+            psn,
+            first: true,
+            msn,
+            replay,
+        });
     }
 
     fn push(&mut self, item: RespItem) {
@@ -611,7 +626,7 @@ impl Responder {
             psn,
         };
         let ack = |msn: u32| Some(AethRepr { syndrome: Syndrome::Ack { credits: CREDITS }, msn });
-        let (repr, payload_from): (RocePacketRepr<'_>, Option<(u32, u64, usize)>) = match item {
+        let (repr, payload_from): (RocePacketRepr<'_>, Option<(u32, u64, usize, u64)>) = match item {
             RespItem::Ack { psn, syndrome, msn } => {
                 self.outq.pop_front();
                 let ext = ExtHeaders { aeth: Some(AethRepr { syndrome, msn }), ..ExtHeaders::default() };
@@ -636,7 +651,7 @@ impl Responder {
                     None,
                 )
             }
-            RespItem::Read { rkey, va, remaining, psn, first, msn, .. } => {
+            RespItem::Read { rkey, va, remaining, sent, psn, first, msn, .. } => {
                 let n = remaining.min(mtu as u64);
                 let last = n == remaining;
                 let position = match (first, last) {
@@ -650,21 +665,32 @@ impl Responder {
                 let ext = ExtHeaders { aeth, ..ExtHeaders::default() };
                 if last {
                     self.outq.pop_front();
-                } else if let Some(RespItem::Read { va, remaining, psn, first, .. }) = self.outq.front_mut() {
+                } else if let Some(RespItem::Read { va, remaining, sent, psn, first, .. }) =
+                    self.outq.front_mut()
+                {
                     *va += n;
                     *remaining -= n;
+                    *sent += n;
                     *psn = psn.next();
                     *first = false;
                 }
-                (RocePacketRepr { bth: bth(opcode, psn), ext, payload: &[] }, Some((rkey, va, n as usize)))
+                (
+                    RocePacketRepr { bth: bth(opcode, psn), ext, payload: &[] },
+                    Some((rkey, va, n as usize, sent)),
+                )
             }
         };
         let n = payload_from.map_or(0, |p| p.2);
         let hdr = repr.emit_header(buf, n).ok()?;
-        if let Some((rkey, va, n)) = payload_from {
+        if let Some((rkey, va, n, sent)) = payload_from {
             if n > 0 {
                 let src = res.mrs.remote(rkey, qp.init.pd, va, n as u64, Access::REMOTE_READ);
-                let copied = src.is_some_and(|(b, off)| b.nic_read(off, &mut buf[hdr..hdr + n]).is_ok());
+                // (an engine that elides payload reads each response's
+                // first bytes only: zeros stand for the rest)
+                let carried = res.cfg.payload.carried(sent, n);
+                buf[hdr + carried..hdr + n].fill(0);
+                let copied =
+                    src.is_some_and(|(b, off)| b.nic_read(off, &mut buf[hdr..hdr + carried]).is_ok());
                 if !copied {
                     // The region went away between request and response.
                     let psn = repr.bth.psn;

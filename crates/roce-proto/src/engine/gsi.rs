@@ -339,6 +339,7 @@ impl Engine {
             len,
             segment_size: len,
             qpn: GSI_QPN,
+            carried: len,
         })
     }
 }

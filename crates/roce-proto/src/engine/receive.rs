@@ -55,7 +55,8 @@ impl Engine {
             return IcrcCheck::Malformed;
         }
         let (body, crc) = bytes.split_at(bytes.len() - icrc::ICRC_LEN);
-        let Some(want) = datagram_icrc(meta, body) else {
+        let covered = crate::datagram::icrc_body(self.res.cfg.payload, body);
+        let Some((want, covered)) = covered.and_then(|b| Some((datagram_icrc(meta, b)?, b.len()))) else {
             c.malformed_dropped += 1;
             return IcrcCheck::Malformed;
         };
@@ -71,7 +72,7 @@ impl Engine {
             // `datagram_icrc` computed it for ID 0.
             IcrcCheck::Ipv4IdInferred(0)
         } else {
-            match self.ipv4_ids.get(body.len()).solve(want, got) {
+            match self.ipv4_ids.get(covered).solve(want, got) {
                 Some(id) => IcrcCheck::Ipv4IdInferred(id),
                 None => IcrcCheck::Failed,
             }

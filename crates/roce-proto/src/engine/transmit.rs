@@ -2,6 +2,8 @@
 //! the timers, and the ICRC and metadata of each packet that leaves.
 
 use super::*;
+use crate::config::Payload;
+use crate::datagram::icrc_body;
 
 impl Engine {
     /// Produces the next datagram to send, if any: one packet per QP in
@@ -189,8 +191,9 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
         }
         _ => len,
     };
-    let crc = datagram_icrc(&meta, &buf[..len - icrc::ICRC_LEN])?;
+    let crc = datagram_icrc(&meta, icrc_body(cfg.payload, &buf[..len - icrc::ICRC_LEN])?)?;
     buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
+    let carried = carried(cfg.payload, q.init.qp_type, opcode, len);
     Some(Transmit {
         meta,
         traffic_class: (tclass & !3) | ecn,
@@ -199,5 +202,26 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
         len,
         segment_size: len,
         qpn: q.qpn,
+        carried,
     })
+}
+
+/// `Transmit::carried` of a connected QP's datagram of `len` bytes: its
+/// headers and what `payload` carries of a message's first packet. A
+/// packet that does not start its message is at least a path MTU into it
+/// (256 bytes or more: the smallest path MTU), so it carries nothing of a
+/// `keep` that small; with a larger `keep` it claims nothing.
+fn carried(payload: Payload, qp_type: QpType, opcode: u8, len: usize) -> usize {
+    let Payload::Elided { keep } = payload else { return len };
+    let Some(info) = roce_wire::opcode::lookup(opcode) else { return len };
+    let hdr = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+    let end = len - icrc::ICRC_LEN;
+    if qp_type == QpType::Ud || keep as usize > PathMtu::Mtu256.bytes() || hdr > end {
+        return len;
+    }
+    if info.position.starts_message() {
+        (hdr + keep as usize).min(end)
+    } else {
+        hdr
+    }
 }
