@@ -28,6 +28,10 @@ pub(crate) struct Datagram {
     /// When compact (`len > EDGE` and `whole` empty): the byte repeated
     /// between the head and the tail.
     fill: u8,
+    /// When compact: the middle carries nothing (zeros standing for payload
+    /// its engines elide, `roce_proto::config::Payload`), and is not
+    /// written out.
+    elided: bool,
     /// The whole datagram when it is neither short nor compact (a buffer
     /// from the simulator's pool; empty otherwise).
     whole: Vec<u8>,
@@ -36,14 +40,30 @@ pub(crate) struct Datagram {
 impl Datagram {
     /// An empty datagram (a PFC frame carries none).
     pub fn none() -> Datagram {
-        Datagram { len: 0, edge: [0; EDGE], fill: 0, whole: Vec::new() }
+        Datagram { len: 0, edge: [0; EDGE], fill: 0, elided: false, whole: Vec::new() }
+    }
+
+    /// Keeps `bytes`, of which only the first `carried` carry anything (a
+    /// `roce_proto::Transmit` of an engine that elides payload: zeros from
+    /// there to the ICRC): compact without reading the middle when the
+    /// head holds all that is carried, else as [`Datagram::store`].
+    pub fn store_carried(bytes: &[u8], carried: usize, pool: &mut Vec<Vec<u8>>) -> Datagram {
+        let len = bytes.len();
+        if carried > HEAD || len <= EDGE {
+            return Datagram::store(bytes, pool);
+        }
+        debug_assert!(bytes[HEAD..len - TAIL].iter().all(|&b| b == 0), "elided bytes are zeros");
+        let mut d = Datagram { len: len as u32, edge: [0; EDGE], fill: 0, elided: true, whole: Vec::new() };
+        d.edge[..HEAD].copy_from_slice(&bytes[..HEAD]);
+        d.edge[HEAD..].copy_from_slice(&bytes[len - TAIL..]);
+        d
     }
 
     /// Keeps `bytes`, taking a buffer from `pool` only if they must be
     /// kept whole.
     pub fn store(bytes: &[u8], pool: &mut Vec<Vec<u8>>) -> Datagram {
         let len = bytes.len();
-        let mut d = Datagram { len: len as u32, edge: [0; EDGE], fill: 0, whole: Vec::new() };
+        let mut d = Datagram { len: len as u32, edge: [0; EDGE], fill: 0, elided: false, whole: Vec::new() };
         if len <= EDGE {
             d.edge[..len].copy_from_slice(bytes);
         } else if let Some(fill) = one_byte(&bytes[HEAD..len - TAIL]) {
@@ -69,6 +89,17 @@ impl Datagram {
 
     /// Writes the datagram to the start of `out` (at least `len()` bytes).
     pub fn write_to(&self, out: &mut [u8]) {
+        self.write(out, true);
+    }
+
+    /// [`Datagram::write_to`] for the receiving engine: an elided middle
+    /// ([`Datagram::store_carried`]), which that engine does not read, is
+    /// left as `out` held.
+    pub fn write_carried_to(&self, out: &mut [u8]) {
+        self.write(out, !self.elided);
+    }
+
+    fn write(&self, out: &mut [u8], middle: bool) {
         let n = self.len();
         if !self.whole.is_empty() {
             out[..n].copy_from_slice(&self.whole);
@@ -76,7 +107,9 @@ impl Datagram {
             out[..n].copy_from_slice(&self.edge[..n]);
         } else {
             out[..HEAD].copy_from_slice(&self.edge[..HEAD]);
-            out[HEAD..n - TAIL].fill(self.fill);
+            if middle {
+                out[HEAD..n - TAIL].fill(self.fill);
+            }
             out[n - TAIL..n].copy_from_slice(&self.edge[HEAD..]);
         }
     }
@@ -104,6 +137,7 @@ impl Datagram {
             whole.resize(len, 0);
             self.write_to(&mut whole);
             self.whole = whole;
+            self.elided = false;
         }
         if self.whole.is_empty() {
             self.edge[at] ^= mask;
@@ -120,7 +154,7 @@ impl Datagram {
             whole.clear();
             whole.extend_from_slice(&self.whole);
         }
-        Datagram { len: self.len, edge: self.edge, fill: self.fill, whole }
+        Datagram { len: self.len, edge: self.edge, fill: self.fill, elided: self.elided, whole }
     }
 
     /// Gives a whole datagram's buffer back to `pool`.
@@ -192,6 +226,39 @@ mod tests {
             d.write_to(&mut out);
             assert_eq!(out, q);
         }
+    }
+
+    #[test]
+    fn an_elided_middle_is_neither_read_nor_written() {
+        let mut pool = Vec::new();
+        let p = packet(4096 + 40, 0);
+        // carried within the head: compact, the middle not written out
+        let d = Datagram::store_carried(&p, HEAD, &mut pool);
+        assert!(d.compact() && d.elided);
+        let mut out = vec![0xee; p.len()];
+        d.write_carried_to(&mut out);
+        assert_eq!(out[..HEAD], p[..HEAD]);
+        assert_eq!(out[p.len() - TAIL..], p[p.len() - TAIL..]);
+        assert!(out[HEAD..p.len() - TAIL].iter().all(|&b| b == 0xee));
+        // all of it, for anyone else (the hooks)
+        d.write_to(&mut out);
+        assert_eq!(out, p);
+        // a flipped bit in it makes it whole, zeros in the middle
+        let mut f = Datagram::store_carried(&p, HEAD, &mut pool);
+        f.flip_bit(8 * 600, &mut pool);
+        let mut want = p.clone();
+        want[600] ^= 0x80;
+        let mut out = vec![0xee; p.len()];
+        f.write_to(&mut out);
+        assert_eq!(out, want);
+        // carried past the head: kept as `store` keeps it, every byte
+        let mut q = p.clone();
+        q[HEAD + 10] = 7;
+        let d = Datagram::store_carried(&q, HEAD + 64, &mut pool);
+        assert!(!d.elided);
+        let mut out = vec![0xee; q.len()];
+        d.write_carried_to(&mut out);
+        assert_eq!(out, q);
     }
 
     #[test]

@@ -220,7 +220,7 @@ impl<H: LinkHooks> Sim<H> {
             }
         };
         let h = self.hosts[node].as_mut().expect("host");
-        let bytes = Datagram::store(&self.scratch[..t.len], &mut self.bufs);
+        let bytes = Datagram::store_carried(&self.scratch[..t.len], t.carried, &mut self.bufs);
         let kind = kind_of(&self.scratch[..t.len]);
         let ack = kind != Kind::Data;
         if kind == Kind::Cnp {
@@ -316,7 +316,7 @@ impl<H: LinkHooks> Sim<H> {
         self.report.counters.host_rx_bytes += f.wire as u64;
         let d = &self.slots[fid as usize].bytes;
         let n = d.len();
-        d.write_to(&mut self.scratch);
+        d.write_carried_to(&mut self.scratch);
         let check = h.engine.handle_datagram(now, &meta, &self.scratch[..n]);
         if matches!(check, IcrcCheck::Failed | IcrcCheck::Malformed) {
             self.report.counters.engine_rx_errors += 1;
