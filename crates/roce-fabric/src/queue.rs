@@ -16,6 +16,11 @@ pub struct EventQueue<T: Copy> {
     buckets: Vec<Vec<(u64, u64, T)>>,
     /// Bit i set: `buckets[i]` is not empty.
     nonempty: u128,
+    /// The earliest time in the buckets, once [`EventQueue::peek_time`]
+    /// looked (an earlier push lowers it; the refill that moves on to it
+    /// takes it): a client's step peeks before and after each time, and
+    /// would otherwise scan the smallest bucket each time.
+    next: std::cell::Cell<Option<u64>>,
     last: u64,
     len: usize,
     seq: u64,
@@ -28,6 +33,7 @@ impl<T: Copy> Default for EventQueue<T> {
             now_pos: 0,
             buckets: (0..=64).map(|_| Vec::new()).collect(),
             nonempty: 0,
+            next: std::cell::Cell::new(None),
             last: 0,
             len: 0,
             seq: 0,
@@ -49,6 +55,9 @@ impl<T: Copy> EventQueue<T> {
             let b = 64 - (time ^ self.last).leading_zeros() as usize;
             self.buckets[b].push((time, self.seq, item));
             self.nonempty |= 1 << b;
+            if self.next.get().is_some_and(|m| time < m) {
+                self.next.set(Some(time));
+            }
         }
     }
 
@@ -79,8 +88,13 @@ impl<T: Copy> EventQueue<T> {
         if self.len == 0 {
             return None;
         }
+        if let Some(t) = self.next.get() {
+            return Some(t);
+        }
         let i = self.nonempty.trailing_zeros() as usize;
-        self.buckets[i].iter().map(|e| e.0).min()
+        let t = self.buckets[i].iter().map(|e| e.0).min();
+        self.next.set(t);
+        t
     }
 
     /// Moves on to the next time: the smallest bucket holds it; its
@@ -92,7 +106,11 @@ impl<T: Copy> EventQueue<T> {
         let i = self.nonempty.trailing_zeros() as usize;
         let mut items = std::mem::take(&mut self.buckets[i]);
         self.nonempty &= !(1 << i);
-        self.last = items.iter().map(|e| e.0).min().expect("a non-empty bucket");
+        // (the smallest bucket holds the earliest time)
+        self.last = match self.next.take() {
+            Some(t) => t,
+            None => items.iter().map(|e| e.0).min().expect("a non-empty bucket"),
+        };
         for &(t, seq, item) in &items {
             if t == self.last {
                 self.now.push((seq, item));
