@@ -30,7 +30,7 @@ mod monitor;
 mod nic;
 mod port;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 
@@ -149,7 +149,7 @@ pub(crate) struct Sim<H: LinkHooks = NoHooks> {
     txs: Vec<Option<Transmit>>,
     /// Hosts a client drives: who has which address (empty: the fabric's
     /// own hosts, at `host_ip`).
-    addrs: HashMap<IpAddr, NodeId>,
+    addrs: FxHashMap<IpAddr, NodeId>,
     /// A client's wake-up tokens due at the time of the last step.
     pub(crate) wakes: Vec<u64>,
     /// A client's hosts whose engine took input (a datagram or a timer)

@@ -42,7 +42,7 @@
 //! reductions, copies) takes no simulated time: the model is a NIC whose
 //! host (a GPU) reduces far faster than the link.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use roce_coll::{data_slot, Completion, Layout, Transport, TransportError, HEADER_BYTES};
@@ -87,7 +87,7 @@ pub(crate) struct RankNet {
     cq: CqId,
     peers: Vec<Option<Box<Peer>>>,
     /// Local QPN (data or credit) -> (peer, channel).
-    qp_of: HashMap<u32, (usize, usize)>,
+    qp_of: FxHashMap<u32, (usize, usize)>,
     /// Credits `(peer, channel, imm)` whose QP's send queue was full,
     /// posted when its completions make room.
     credit_backlog: Vec<(usize, usize, u32)>,
@@ -129,7 +129,7 @@ impl Hosts {
                     pd,
                     cq,
                     peers: (0..n).map(|_| None).collect(),
-                    qp_of: HashMap::new(),
+                    qp_of: FxHashMap::default(),
                     credit_backlog: Vec::new(),
                 }
             })

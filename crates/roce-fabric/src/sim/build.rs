@@ -3,7 +3,7 @@
 //! the routes. Nodes, ports and wire lengths must fit the 16 bits a
 //! [`Hop`](super::frame::Hop) names them in.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 use roce_proto::{Wc, MAX_DATAGRAM};
@@ -112,7 +112,7 @@ impl<H: LinkHooks> Sim<H> {
             scn,
             hooks,
             txs: Vec::new(),
-            addrs: HashMap::new(),
+            addrs: Default::default(),
             wakes: Vec::new(),
             touched: Vec::new(),
             touched_flag: vec![false; nnodes],

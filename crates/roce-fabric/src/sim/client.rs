@@ -22,7 +22,7 @@ impl<H: LinkHooks> Sim<H> {
 
     /// Who has which address, for a client's hosts.
     pub(crate) fn set_addresses(&mut self, addrs: HashMap<IpAddr, NodeId>) {
-        self.addrs = addrs;
+        self.addrs = addrs.into_iter().collect();
     }
 
     /// The deadlock check of the scenario, every `deadlock_check_ps` (if
