@@ -18,9 +18,11 @@
 //!   for).
 //!
 //! The driver wakes a rank when its compute ends, when its host's engine
-//! took input ([`Mesh::touched`]), or, when the fabric has nothing left to
-//! do, at the earliest engine deadline (so a peer that never answers ends
-//! in the engine's timeout, naming it, never a hang).
+//! took input ([`Mesh::touched`]) and has completions for it, at its
+//! deadline (looked at every [`DEADLINE_LOOK`] of a busy fabric), or, when
+//! the fabric has nothing left to do, at the earliest engine deadline (so
+//! a peer that never answers ends in the engine's timeout, naming it,
+//! never a hang).
 
 use roce_coll::HEADER_BYTES;
 use roce_coll::{Algo, Buffers, Config, Engine, Layout, OpDesc, OpKind, Poll};
@@ -179,8 +181,9 @@ pub fn cost_params(w: &Workload, layout: &Layout) -> roce_coll::cost::Params {
     }
 }
 
-/// How often the driver looks at the ranks' deadlines while background
-/// traffic keeps the fabric busy (it never idles then): 1 ms.
+/// How often the driver looks at the ranks' deadlines while the fabric is
+/// busy (a rank is woken by its completions, and one waiting for a peer
+/// that went quiet gets none): 1 ms.
 const DEADLINE_LOOK: Time = crate::scenario::PS_PER_S / 1000;
 
 /// A normal draw (Box-Muller), cut at 0.
@@ -626,18 +629,18 @@ impl Driver<'_> {
                     for v in touched {
                         self.bg.progress(&mut self.hosts.mesh, v)?;
                     }
-                    let now = self.hosts.mesh.now();
-                    if now >= next_look {
-                        next_look = now + DEADLINE_LOOK;
-                        let due = (0..n).filter(|&r| {
-                            phase[r] == Phase::InCall && deadline[r].saturating_mul(PS_PER_NS) <= now
-                        });
-                        todo.extend(due);
-                    }
+                }
+                let now = self.hosts.mesh.now();
+                if now >= next_look {
+                    next_look = now + DEADLINE_LOOK;
+                    let due = (0..n).filter(|&r| {
+                        phase[r] == Phase::InCall && deadline[r].saturating_mul(PS_PER_NS) <= now
+                    });
+                    todo.extend(due);
                 }
                 for &node in self.hosts.mesh.touched() {
                     if let Some(&r) = self.hosts.rank_of_node.get(node).filter(|&&r| r != usize::MAX) {
-                        if !seen[r] {
+                        if !seen[r] && self.hosts.has_completions(r) {
                             seen[r] = true;
                             todo.push(r);
                         }

@@ -181,6 +181,23 @@ fn a_nic_that_stops_draining_stretches_the_iteration_it_falls_in() {
     assert!(stalled.pfc_pauses > 0);
 }
 
+#[test]
+fn a_nic_that_never_drains_again_ends_the_run_in_an_error_naming_a_peer() {
+    // Rank 2's NIC stops for longer than any timeout: the ranks sending to
+    // it fail (retries exhausted, or their deadline), naming it or a rank
+    // behind it; the run ends, never hangs.
+    let body = "[topology]\nhosts = 4\n[[nic_stall]]\nrank = 2\nat = \"20us\"\nfor = \"10s\"\n\
+                [[collective]]\nalgo = \"ring\"\nsize = \"1MiB\"\niterations = 1\nin_place_only = true\n\
+                check = false\n";
+    match run(&wl(body), 0, None) {
+        Err(CollSimError::Rank { rank, source }) => {
+            let msg = source.to_string();
+            assert!(rank < 4 && msg.contains("rank"), "rank {rank}: {msg}");
+        }
+        other => panic!("expected a rank's error, got {:?}", other.map(|r| r.rows.len())),
+    }
+}
+
 /// An ideal fabric of `n` hosts (one switch, lossless, no CC, MTU 4096)
 /// and one in-place, unchecked all-reduce of `algo` over `sizes`.
 fn ideal(n: usize, algo: &str, sizes: &str, extra: &str) -> Workload {

@@ -289,6 +289,14 @@ impl Hosts {
         Ok(())
     }
 
+    /// Whether rank `r`'s completion queue holds anything: the only news
+    /// its host's engine has for the algorithm (arrivals, sends done,
+    /// errors). A host touched by ACKs or the middle of a message has none.
+    pub fn has_completions(&self, r: usize) -> bool {
+        let rank = &self.ranks[r];
+        self.mesh.engine(rank.node).cq_len(rank.cq) > 0
+    }
+
     /// Reaps rank `r`'s completion queue into `out`.
     fn reap(&mut self, r: usize, out: &mut Vec<Completion>) -> Result<(), TransportError> {
         let node = self.ranks[r].node;
