@@ -168,4 +168,42 @@ mod tests {
             assert_eq!(q.len(), model.len());
         }
     }
+
+    /// Times from the same picosecond to milliseconds ahead (the current
+    /// slot, the wheel, its wrap, the far heap and back), and some in the
+    /// past (raised to now), against a sorted map.
+    #[test]
+    fn every_distance_pops_in_order_across_the_wheel_and_beyond() {
+        let mut q = EventQueue::default();
+        let mut rng = 99u64;
+        let mut model = std::collections::BTreeMap::new();
+        let (mut now, mut seq) = (0u64, 0u64);
+        let scales = [0, 1, 700, 1 << 10, 300_000, 1 << 22, 5_000_000, 1 << 32];
+        for _ in 0..300_000 {
+            rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let r = rng >> 33;
+            if r % 5 < 3 || q.is_empty() {
+                let ahead = (r >> 8) % 4096 * scales[(r >> 3) as usize % scales.len()] / 1024;
+                let t = if r % 11 == 0 { now.saturating_sub(ahead) } else { now + ahead };
+                seq += 1;
+                q.push(t, seq);
+                model.insert((t.max(now), seq), ());
+            } else {
+                let peeked = q.peek_time();
+                let (t, s) = q.pop().unwrap();
+                assert_eq!(peeked, Some(t));
+                let (&(mt, ms), _) = model.iter().next().unwrap();
+                assert_eq!((t, s), (mt, ms));
+                model.remove(&(mt, ms));
+                now = t;
+            }
+            assert_eq!(q.len(), model.len());
+        }
+        while let Some((t, s)) = q.pop() {
+            let (&(mt, ms), _) = model.iter().next().unwrap();
+            assert_eq!((t, s), (mt, ms));
+            model.remove(&(mt, ms));
+        }
+        assert!(model.is_empty());
+    }
 }
