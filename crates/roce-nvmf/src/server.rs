@@ -8,9 +8,9 @@
 //! A namespace in the device's memory ([`DeviceMem`](crate::namespace::DeviceMem))
 //! is registered with each connection's protection domain, and its blocks
 //! go to and come from the host by RDMA with no copy ([`Queue::reach`]).
-//! Otherwise data is copied once between the command's registered slot and a buffer of the
-//! thread's own, so that a namespace's file I/O never runs under the
-//! device's lock (which the NIC needs for every packet).
+//! Otherwise data is copied once between the command's registered slot
+//! and a buffer of the thread's own, so that a namespace's file I/O never
+//! runs under the device's lock (which the NIC needs for every packet).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;

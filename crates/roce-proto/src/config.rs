@@ -131,6 +131,17 @@ pub enum Payload {
 }
 
 impl Payload {
+    /// The mode for a QP of `qp_type`: a UD message (one packet; the
+    /// connection manager's among them) is always carried whole.
+    #[inline]
+    pub fn for_qp(self, qp_type: crate::verbs::QpType) -> Payload {
+        if qp_type == crate::verbs::QpType::Ud {
+            Payload::Carried
+        } else {
+            self
+        }
+    }
+
     /// Of `len` payload bytes at `offset` in their message, how many
     /// (from the first) are carried.
     #[inline]

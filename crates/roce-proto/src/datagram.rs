@@ -127,7 +127,7 @@ pub(crate) fn icrc_body(payload: crate::config::Payload, body: &[u8]) -> Option<
         crate::config::Payload::Elided { .. } => {
             let bth = roce_wire::bth::Bth::new_checked(body).ok()?;
             let info = roce_wire::opcode::lookup(bth.opcode())?;
-            body.get(..roce_wire::bth::HEADER_LEN + info.headers.len_bytes())
+            body.get(..info.header_len())
         }
     }
 }

@@ -248,14 +248,7 @@ impl MrTable {
     /// The checks of a gather (`need` = `Access::NONE`) or a scatter
     /// (`Access::LOCAL_WRITE`) of `len` bytes at `offset`, moving nothing
     /// (an engine that elides payload, see `config::Payload`).
-    pub fn check(
-        &self,
-        sges: &[Sge],
-        pd: PdId,
-        need: Access,
-        offset: u64,
-        len: usize,
-    ) -> Result<(), LocalError> {
+    fn check(&self, sges: &[Sge], pd: PdId, need: Access, offset: u64, len: usize) -> Result<(), LocalError> {
         self.walk(sges, pd, need, offset, len, |_, _, _| Ok(()))
     }
 }

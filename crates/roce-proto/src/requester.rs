@@ -31,7 +31,6 @@ use roce_wire::{
     Transport,
 };
 
-use crate::config::Payload;
 use crate::qp::QpCore;
 use crate::res::Res;
 use crate::time::{ack_timeout, Instant};
@@ -421,8 +420,7 @@ impl Requester {
             // (an engine that elides payload gathers each message's first
             // bytes only)
             None if payload_len > 0 => {
-                // (UD's one-packet messages, CM's among them, always whole)
-                let payload = if q.init.qp_type == QpType::Ud { Payload::Carried } else { res.cfg.payload };
+                let payload = res.cfg.payload.for_qp(q.init.qp_type);
                 res.mrs.gather_payload(payload, &wqe.wr.sg_list, q.init.pd, self.offset, dst)
             }
             None => Ok(()),

@@ -146,6 +146,15 @@ pub struct OpcodeInfo {
     pub request: bool,
 }
 
+impl OpcodeInfo {
+    /// Bytes of the BTH and this opcode's extension headers: where the
+    /// payload starts.
+    #[inline]
+    pub fn header_len(&self) -> usize {
+        crate::bth::HEADER_LEN + self.headers.len_bytes()
+    }
+}
+
 const fn row(
     code: u8,
     name: &'static str,

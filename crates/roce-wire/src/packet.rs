@@ -51,7 +51,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
         let bth = Bth::new_unchecked(b);
         BthRepr::validate(&bth)?;
         let info = opcode::lookup(bth.opcode()).ok_or(WireError::OpcodeUnknown(bth.opcode()))?;
-        let need = bth::HEADER_LEN + info.headers.len_bytes() + ICRC_LEN;
+        let need = info.header_len() + ICRC_LEN;
         if n < need {
             return Err(WireError::TruncatedHeaders { opcode_name: info.name, need, have: n });
         }
@@ -89,7 +89,7 @@ impl<T: AsRef<[u8]>> RocePacket<T> {
     /// Offset of the payload: BTH + extension headers.
     #[inline]
     pub fn header_len(&self) -> usize {
-        bth::HEADER_LEN + self.info.headers.len_bytes()
+        self.info.header_len()
     }
 
     /// The bytes of extension header `which`, if the opcode has it.
@@ -296,7 +296,7 @@ impl<'a> RocePacketRepr<'a> {
     /// Bytes of BTH and extension headers.
     #[inline]
     pub fn header_len(&self) -> Result<usize> {
-        Ok(bth::HEADER_LEN + self.info()?.headers.len_bytes())
+        Ok(self.info()?.header_len())
     }
 
     /// Total length on the wire, BTH through ICRC.

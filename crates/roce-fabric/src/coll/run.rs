@@ -24,8 +24,7 @@
 //! a peer that never answers ends in the engine's timeout, naming it,
 //! never a hang).
 
-use roce_coll::HEADER_BYTES;
-use roce_coll::{Algo, Buffers, Config, Engine, Layout, OpDesc, OpKind, Poll};
+use roce_coll::{Algo, Buffers, Config, Engine, Layout, OpDesc, OpKind, Poll, HEADER_BYTES};
 use roce_proto::config::Payload;
 use roce_proto::Engine as NicEngine;
 

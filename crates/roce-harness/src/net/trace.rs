@@ -82,7 +82,7 @@ pub fn describe(r: &TraceRecord) -> String {
 /// than its headers.
 pub fn without_protection(bytes: &[u8]) -> Option<Vec<u8>> {
     let info = roce_wire::opcode::lookup(*bytes.first()?)?;
-    let hdr = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+    let hdr = info.header_len();
     let icrc = roce_wire::icrc::ICRC_LEN;
     if bytes.len() < hdr + icrc {
         return None;

@@ -34,7 +34,7 @@ impl Engine {
         let (Some(info), true) = (info, protected) else {
             return self.handle_checked(now, meta, bytes);
         };
-        let hdr_len = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+        let hdr_len = info.header_len();
         let mut plain = std::mem::take(&mut self.plain_buf);
         let c = self.qps.get_mut(&qpn).and_then(|q| q.crypto.as_mut()).expect("checked above");
         match c.open(bytes, hdr_len, &mut plain) {

@@ -187,13 +187,13 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
     let len = match &mut qp.crypto {
         Some(c) if !cnp => {
             let info = roce_wire::opcode::lookup(opcode)?;
-            c.seal(buf, len, roce_wire::bth::HEADER_LEN + info.headers.len_bytes())?
+            c.seal(buf, len, info.header_len())?
         }
         _ => len,
     };
     let crc = datagram_icrc(&meta, icrc_body(cfg.payload, &buf[..len - icrc::ICRC_LEN])?)?;
     buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
-    let carried = carried(cfg.payload, q.init.qp_type, opcode, len);
+    let carried = carried(cfg.payload.for_qp(q.init.qp_type), opcode, len);
     Some(Transmit {
         meta,
         traffic_class: (tclass & !3) | ecn,
@@ -211,12 +211,12 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
 /// packet that does not start its message is at least a path MTU into it
 /// (256 bytes or more: the smallest path MTU), so it carries nothing of a
 /// `keep` that small; with a larger `keep` it claims nothing.
-fn carried(payload: Payload, qp_type: QpType, opcode: u8, len: usize) -> usize {
+fn carried(payload: Payload, opcode: u8, len: usize) -> usize {
     let Payload::Elided { keep } = payload else { return len };
     let Some(info) = roce_wire::opcode::lookup(opcode) else { return len };
-    let hdr = roce_wire::bth::HEADER_LEN + info.headers.len_bytes();
+    let hdr = info.header_len();
     let end = len - icrc::ICRC_LEN;
-    if qp_type == QpType::Ud || keep as usize > PathMtu::Mtu256.bytes() || hdr > end {
+    if keep as usize > PathMtu::Mtu256.bytes() || hdr > end {
         return len;
     }
     if info.position.starts_message() {
