@@ -109,12 +109,56 @@ impl Transmit {
     }
 }
 
+/// Payload a datagram leaves in registered memory
+/// ([`crate::Engine::poll_transmit_batch_refs`]): the bytes
+/// `[at, at + src.len())` of the buffer the engine filled are not written
+/// (their content is unspecified) and are to be sent from `src` instead.
+#[derive(Debug, Clone)]
+pub struct Hole {
+    /// Where the bytes go, from the start of the buffer.
+    pub at: usize,
+    pub src: crate::mem::PayloadRef,
+}
+
+impl Hole {
+    /// One past the last byte the hole stands for.
+    pub fn end(&self) -> usize {
+        self.at + self.src.len()
+    }
+}
+
 /// The ICRC of a RoCEv2 datagram with this metadata: over the IP and UDP
 /// headers it travels in, rebuilt from `meta` (see the module docs), and
 /// `body` (BTH through pad). `None` if the addresses mix IPv4 and IPv6 or
 /// the datagram is too long for IP.
 pub fn datagram_icrc(meta: &DatagramMeta, body: &[u8]) -> Option<u32> {
     meta.encap().icrc(body).ok()
+}
+
+/// [`datagram_icrc`] of a body of `len` bytes (BTH through pad) whose
+/// bytes `holes` (each after the BTH, in order, inside the body) are in
+/// registered memory rather than in `buf`.
+pub(crate) fn datagram_icrc_holes(
+    meta: &DatagramMeta,
+    buf: &[u8],
+    len: usize,
+    holes: &[Hole],
+) -> Option<u32> {
+    let bth = roce_wire::bth::HEADER_LEN;
+    if len < bth || holes.iter().any(|h| h.at < bth || h.end() > len) {
+        return None;
+    }
+    meta.encap()
+        .icrc_with(len, &buf[..bth], |h| {
+            let mut from = bth;
+            for hole in holes {
+                h.update(&buf[from..hole.at]);
+                hole.src.nic_icrc(h);
+                from = hole.end();
+            }
+            h.update(&buf[from..len]);
+        })
+        .ok()
 }
 
 /// What of `body` (BTH through pad) the ICRC covers: all of it, or, when

@@ -29,7 +29,7 @@ use roce_wire::{BthRepr, ExtHeaders, Psn, RocePacket, RocePacketRepr, Transport}
 use rustc_hash::FxHashMap;
 
 pub use crate::config::{CnpConfig, EngineConfig, MrAddressing};
-pub use crate::datagram::{datagram_icrc, DatagramMeta, IcrcCheck, Transmit, MAX_DATAGRAM};
+pub use crate::datagram::{datagram_icrc, DatagramMeta, Hole, IcrcCheck, Transmit, MAX_DATAGRAM};
 
 use crate::cc::{Dcqcn, NotificationPoint, Pacer, RttProbe};
 use crate::completer::Completer;
@@ -161,6 +161,7 @@ impl Engine {
                 tx_waiters: VecDeque::new(),
                 tx_reserved: 0,
                 tx_unacked: 0,
+                holes: None,
             },
             rng,
             ipv4_ids: Ipv4IdCache::default(),

@@ -34,9 +34,9 @@ pub use connect::ConnectAttr;
 pub use counters::Counters;
 pub use crypto::{DirectionKey, QpKeys};
 pub use engine::{
-    CnpConfig, DatagramMeta, Engine, EngineConfig, IcrcCheck, MrAddressing, QpRateState, Transmit,
+    CnpConfig, DatagramMeta, Engine, EngineConfig, Hole, IcrcCheck, MrAddressing, QpRateState, Transmit,
     MAX_DATAGRAM,
 };
-pub use mem::MemBuf;
+pub use mem::{MemBuf, PayloadRef};
 pub use time::{Duration, Instant};
 pub use verbs::*;

@@ -17,9 +17,21 @@
 //! * Bounds. Every access is checked against `len` before a pointer is
 //!   formed: `check` rejects `offset + n` past the end (with overflow
 //!   checked), so all pointers stay inside the memory.
-//! * Aliasing. No `&[u8]`/`&mut [u8]` to the shared bytes is ever created;
-//!   copies use `ptr::copy_nonoverlapping` between the memory and a caller's
-//!   own slice, which cannot overlap it (no reference into it may exist).
+//! * Aliasing. No `&mut [u8]` to the shared bytes is ever created, and a
+//!   `&[u8]` only inside `nic_icrc` (of `NicBuf` or `PayloadRef`), for one ICRC update, never
+//!   escaping it (a NIC access like `nic_read`, under the same argument:
+//!   nothing writes the bytes while it lives); copies use
+//!   `ptr::copy_nonoverlapping` between the memory and a caller's own
+//!   slice, which cannot overlap it (no reference into it may exist).
+//! * Payload left in memory. A [`PayloadRef`] names bytes of a work
+//!   request in progress that a driver hands to the kernel to send (an
+//!   `iovec`) instead of the engine copying them into the packet. It holds
+//!   the buffer's `Arc`, so the memory outlives it, and its range was
+//!   checked against the buffer when the engine made it. Reading through
+//!   its pointer is the NIC's read of a send's source: the verbs contract
+//!   excludes writes to those bytes until the work request completes, and
+//!   the driver sends before it lets anything else run against the engine
+//!   (safe code can do nothing with it but take its address and length).
 //!   Atomic operations use `AtomicU64::from_ptr` on 8-byte-aligned
 //!   addresses (checked) inside the memory.
 //! * Data races. Two threads may touch the same bytes at once only if both
@@ -400,6 +412,12 @@ impl MemBuf {
         Ok(())
     }
 
+    /// Whether a region of `engine` uses the buffer now.
+    fn bound_to(&self, engine: EngineId) -> bool {
+        // Acquire: as `bind`, so a previous engine's accesses come first.
+        self.owner.load(Ordering::Acquire) == engine.0.get()
+    }
+
     /// Ends one region's binding; the last one frees the buffer for
     /// another engine.
     fn release(&self) {
@@ -474,6 +492,14 @@ impl NicBuf {
     // each other and with `Engine::mr_*`; every other access is one of the
     // unsafe accessors, whose contract excludes racing with these.
 
+    /// The bytes `[offset, offset + len)` left in place for a driver to
+    /// send (see [`PayloadRef`]).
+    #[inline]
+    pub(crate) fn nic_ref(&self, offset: usize, len: usize) -> Result<PayloadRef, OutOfBounds> {
+        self.buf.check(offset, len)?;
+        Ok(PayloadRef { buf: self.buf.clone(), offset, len })
+    }
+
     #[inline]
     pub(crate) fn nic_read(&self, offset: usize, dst: &mut [u8]) -> Result<(), OutOfBounds> {
         // SAFETY: see above.
@@ -505,6 +531,72 @@ impl NicBuf {
     pub(crate) fn nic_fetch_add(&self, offset: usize, add: u64) -> Result<u64, OutOfBounds> {
         // SAFETY: see above.
         unsafe { self.buf.fetch_add(offset, add) }
+    }
+}
+
+/// Payload bytes left in registered memory: a piece of a packet that a
+/// driver passes to the kernel by address (an `iovec` of `sendmsg`)
+/// instead of having the engine copy it into the packet
+/// ([`crate::Engine::poll_transmit_batch_refs`]). It keeps the buffer
+/// alive; its range lies inside the buffer. See the module's safety
+/// argument: the bytes belong to a work request in progress, and are to
+/// be sent before the engine is used again.
+#[derive(Clone)]
+pub struct PayloadRef {
+    buf: Arc<MemBuf>,
+    offset: usize,
+    len: usize,
+}
+
+impl PayloadRef {
+    /// Bytes named.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The first byte, for an `iovec`: valid for `len()` bytes while this
+    /// lives.
+    pub fn as_ptr(&self) -> *const u8 {
+        self.buf.ptr.as_ptr().wrapping_add(self.offset)
+    }
+
+    /// Feeds the bytes to a running ICRC: inside the engine call that made
+    /// the reference (see `nic_copy`).
+    pub(crate) fn nic_icrc(&self, h: &mut roce_wire::icrc::IcrcHasher) {
+        // SAFETY: as `NicBuf::nic_icrc`, within the bounds checked when the
+        // reference was made, inside the engine call that made it.
+        h.update(unsafe { core::slice::from_raw_parts(self.as_ptr(), self.len) });
+    }
+
+    /// Copies the bytes into `dst` (`len()` bytes) if a region of `engine`
+    /// still uses the buffer, which keeps every other engine from it; the
+    /// caller is inside a `&mut` method of that engine (a NIC read, see
+    /// `NicBuf`). False, copying nothing, if the buffer was let go.
+    pub(crate) fn nic_copy_bound(&self, engine: EngineId, dst: &mut [u8]) -> bool {
+        if !self.buf.bound_to(engine) {
+            return false;
+        }
+        self.nic_copy(dst);
+        true
+    }
+
+    /// Copies the bytes into `dst` (`len()` bytes): inside the engine
+    /// call that made the reference, whose buffer is then still bound to
+    /// that engine (a NIC read, see `NicBuf`).
+    pub(crate) fn nic_copy(&self, dst: &mut [u8]) {
+        // SAFETY: as `NicBuf::nic_read`: called only inside the `&mut`
+        // engine method that made this reference.
+        unsafe { self.buf.read(self.offset, &mut dst[..self.len]) }.expect("checked when made");
+    }
+}
+
+impl core::fmt::Debug for PayloadRef {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "PayloadRef({} bytes at {:#x})", self.len, self.buf.addr() + self.offset as u64)
     }
 }
 

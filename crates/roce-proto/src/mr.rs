@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::config::Payload;
-use crate::mem::{EngineId, MemBuf, NicBuf};
+use crate::mem::{EngineId, MemBuf, NicBuf, PayloadRef};
 use crate::verbs::{Access, Object, PdId, Sge, VerbsError};
 
 /// A registered region. It holds its buffer's binding to this engine (see
@@ -203,6 +203,29 @@ impl MrTable {
     pub fn scatter(&self, sges: &[Sge], pd: PdId, offset: u64, data: &[u8]) -> Result<(), LocalError> {
         self.walk(sges, pd, Access::LOCAL_WRITE, offset, data.len(), |buf, at, r| {
             buf.nic_write(at, &data[r]).map_err(|_| LocalError::Protection)
+        })
+    }
+
+    /// The engine whose regions these are.
+    pub fn engine(&self) -> EngineId {
+        self.engine
+    }
+
+    /// The pieces of bytes `[offset, offset + len)` of the logical
+    /// concatenation of `sges`, checked as a gather would, left in memory
+    /// for a driver to send: each with its place in the walked range.
+    pub fn refs(
+        &self,
+        sges: &[Sge],
+        pd: PdId,
+        offset: u64,
+        len: usize,
+        mut f: impl FnMut(PayloadRef, std::ops::Range<usize>),
+    ) -> Result<(), LocalError> {
+        self.walk(sges, pd, Access::NONE, offset, len, |buf, at, r| {
+            let piece = buf.nic_ref(at, r.len()).map_err(|_| LocalError::Protection)?;
+            f(piece, r);
+            Ok(())
         })
     }
 

@@ -31,6 +31,8 @@ use roce_wire::{
     Transport,
 };
 
+use crate::config::Payload;
+use crate::datagram::Hole;
 use crate::qp::QpCore;
 use crate::res::Res;
 use crate::time::{ack_timeout, Instant};
@@ -421,7 +423,22 @@ impl Requester {
             // bytes only)
             None if payload_len > 0 => {
                 let payload = res.cfg.payload.for_qp(q.init.qp_type);
-                res.mrs.gather_payload(payload, &wqe.wr.sg_list, q.init.pd, self.offset, dst)
+                match &mut res.holes {
+                    // Left in memory for the driver to send from: the
+                    // same checks, no copy.
+                    Some(holes) if payload == Payload::Carried => {
+                        let mark = holes.len();
+                        let r =
+                            res.mrs.refs(&wqe.wr.sg_list, q.init.pd, self.offset, payload_len, |src, r| {
+                                holes.push(Hole { at: hdr + r.start, src })
+                            });
+                        if r.is_err() {
+                            holes.truncate(mark);
+                        }
+                        r
+                    }
+                    _ => res.mrs.gather_payload(payload, &wqe.wr.sg_list, q.init.pd, self.offset, dst),
+                }
             }
             None => Ok(()),
         };

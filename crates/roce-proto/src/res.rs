@@ -55,6 +55,11 @@ pub(crate) struct Res {
     /// Request bytes sent and not acknowledged across the RC QPs (each
     /// QP's `tx_charged`), held near `cfg.tx_budget_bytes`.
     pub tx_unacked: u64,
+    /// Where a producing role leaves payload in registered memory rather
+    /// than copy it (`Engine::poll_transmit_batch_refs`): `None` while
+    /// packets are to be whole. A hole's `at` counts from the start of
+    /// the datagram being produced.
+    pub holes: Option<Vec<crate::datagram::Hole>>,
 }
 
 impl Res {

@@ -33,7 +33,7 @@ use roce_wire::{
     Syndrome, Transport,
 };
 
-use crate::datagram::DatagramMeta;
+use crate::datagram::{DatagramMeta, Hole};
 use crate::limits::ACK_CREDITS as CREDITS;
 use crate::mr::LocalError;
 use crate::qp::QpCore;
@@ -688,9 +688,16 @@ impl Responder {
                 // (an engine that elides payload reads each response's
                 // first bytes only: zeros stand for the rest)
                 let carried = res.cfg.payload.carried(sent, n);
-                buf[hdr + carried..hdr + n].fill(0);
-                let copied =
-                    src.is_some_and(|(b, off)| b.nic_read(off, &mut buf[hdr..hdr + carried]).is_ok());
+                let copied = match (&mut res.holes, src) {
+                    // Left in memory for the driver to send from.
+                    (Some(holes), Some((b, off))) if carried == n => {
+                        b.nic_ref(off, n).map(|src| holes.push(Hole { at: hdr, src })).is_ok()
+                    }
+                    (_, src) => {
+                        buf[hdr + carried..hdr + n].fill(0);
+                        src.is_some_and(|(b, off)| b.nic_read(off, &mut buf[hdr..hdr + carried]).is_ok())
+                    }
+                };
                 if !copied {
                     // The region went away between request and response.
                     let psn = repr.bth.psn;

@@ -113,6 +113,21 @@ impl EncapRepr {
         Ok(icrc::compute_split(&h[..n], transport, net))
     }
 
+    /// [`EncapRepr::icrc`] of a transport packet of `transport_len` bytes
+    /// (BTH through pad) held in pieces: `bth` is its first 12 bytes and
+    /// `rest` feeds the others in order (`icrc::compute_split_with`).
+    #[inline]
+    pub fn icrc_with(
+        &self,
+        transport_len: usize,
+        bth: &[u8],
+        rest: impl FnOnce(&mut icrc::IcrcHasher),
+    ) -> Result<u32> {
+        let mut h = [0u8; MAX_HEADER_LEN];
+        let (n, net) = self.emit_headers(&mut h, transport_len + ICRC_LEN, false)?;
+        Ok(icrc::compute_split_with(&h[..n], bth, net, rest))
+    }
+
     /// [`EncapRepr::emit_ip_udp`], the IPv4 checksum computed or left zero.
     /// Builds the headers straight from the fields: this runs for every
     /// packet sent and received.

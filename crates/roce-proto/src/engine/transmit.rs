@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::config::Payload;
-use crate::datagram::icrc_body;
+use crate::datagram::{datagram_icrc_holes, icrc_body, Hole};
 
 impl Engine {
     /// Produces the next datagram to send, if any: one packet per QP in
@@ -29,24 +29,83 @@ impl Engine {
         buf: &mut [u8],
         max_segments: usize,
     ) -> Option<Transmit> {
+        self.batch(now, buf, max_segments)
+    }
+
+    /// [`Engine::poll_transmit_batch`] that leaves the payload of WRITE,
+    /// SEND and READ-response packets in registered memory: for each such
+    /// piece a [`Hole`] is appended to `holes`, its `at` counted from the
+    /// start of `buf`, and those bytes of `buf` are left unwritten. The
+    /// ICRC in `buf` covers the bytes where the holes say they are, read
+    /// once, in place. A driver sends each datagram as `buf`'s bytes with
+    /// the holes' memory in their places (`sendmsg` iovecs), before it
+    /// calls the engine again: the bytes belong to work requests in
+    /// progress, which are not complete until the peer has them (see
+    /// [`crate::PayloadRef`]). Packets of QPs that encrypt, and whatever
+    /// an engine that elides payload sends, are whole, as are the rare
+    /// packets that wait for the next batch.
+    pub fn poll_transmit_batch_refs(
+        &mut self,
+        now: Instant,
+        buf: &mut [u8],
+        max_segments: usize,
+        holes: &mut Vec<Hole>,
+    ) -> Option<Transmit> {
+        self.res.holes = Some(std::mem::take(holes));
+        let tx = self.batch(now, buf, max_segments);
+        *holes = self.res.holes.take().unwrap_or_default();
+        tx
+    }
+
+    /// Copies the memory of `holes` (from [`Engine::poll_transmit_batch_refs`])
+    /// into `buf` where they stand, making its datagrams whole: for a
+    /// driver that needs the bytes themselves (a capture, a send that
+    /// cannot gather). Fails, with the holes before the failing one
+    /// filled, if a hole's memory no longer belongs to a region of this
+    /// engine (deregistered since: `NotFound(Mr)`): its bytes can no
+    /// longer be read.
+    pub fn fill_holes(&mut self, buf: &mut [u8], holes: &[Hole]) -> Result<(), VerbsError> {
+        let engine = self.res.mrs.engine();
+        let size = buf.len();
+        for h in holes {
+            let outside = VerbsError::OutsideRegion { offset: h.at, len: h.src.len(), size };
+            let dst = buf.get_mut(h.at..h.end()).ok_or(outside)?;
+            if !h.src.nic_copy_bound(engine, dst) {
+                return Err(VerbsError::NotFound(Object::Mr));
+            }
+        }
+        Ok(())
+    }
+
+    fn batch(&mut self, now: Instant, buf: &mut [u8], max_segments: usize) -> Option<Transmit> {
         let mut tx = self.poll_transmit(now, buf)?;
         let (qpn, seg) = (tx.qpn, tx.len);
         // One lookup for the whole batch (a GSI datagram has no entry).
         if let Some(qp) = self.qps.get_mut(&qpn) {
             while tx.segments() < max_segments && buf.len() - tx.len >= MAX_DATAGRAM {
                 let at = tx.len;
-                let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else { break };
-                let Some(next) = finish(&self.res.cfg, qp, &mut buf[at..at + MAX_DATAGRAM], len) else {
+                let mark = self.res.holes.as_ref().map_or(0, Vec::len);
+                let Some(len) = qp.produce(&mut self.res, now, &mut buf[at..]) else {
+                    truncate(&mut self.res.holes, mark);
+                    break;
+                };
+                let dgram = &mut buf[at..at + MAX_DATAGRAM];
+                let Some(next) = finish(&self.res.cfg, qp, dgram, len, &mut self.res.holes, mark) else {
+                    truncate(&mut self.res.holes, mark);
                     self.res.counters.emit_errors += 1;
                     continue;
                 };
                 self.res.counters.sent_pkts += 1;
                 let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
                 if !same {
-                    // Not of this batch: it leaves on its own, next.
-                    self.stash_buf[..next.len].copy_from_slice(&buf[at..at + next.len]);
+                    // Not of this batch: it leaves on its own, next, whole.
+                    fill_holes(dgram, &mut self.res.holes, mark);
+                    self.stash_buf[..next.len].copy_from_slice(&dgram[..next.len]);
                     self.stash = Some(next);
                     break;
+                }
+                if let Some(holes) = &mut self.res.holes {
+                    holes[mark..].iter_mut().for_each(|h| h.at += at);
                 }
                 tx.len += next.len;
                 if next.len < seg {
@@ -73,8 +132,10 @@ impl Engine {
         while let Some(qpn) = self.ready.pop_front() {
             let Some(qp) = self.qps.get_mut(&qpn) else { continue };
             qp.scheduled = false;
+            let mark = self.res.holes.as_ref().map_or(0, Vec::len);
             let len = qp.produce(&mut self.res, now, buf);
             let Some(len) = len else {
+                truncate(&mut self.res.holes, mark);
                 sync_timer(&mut self.timers, qp);
                 // Room set aside for this QP under the request budget that
                 // it could not use (paced, at its own window, nothing left
@@ -82,7 +143,7 @@ impl Engine {
                 self.wake_tx_waiters();
                 continue;
             };
-            let tx = finish(&self.res.cfg, qp, buf, len);
+            let tx = finish(&self.res.cfg, qp, buf, len, &mut self.res.holes, mark);
             if !qp.paced_out(now) {
                 schedule(&mut self.ready, qp);
             }
@@ -93,7 +154,10 @@ impl Engine {
                     self.res.counters.sent_pkts += 1;
                     return Some(tx);
                 }
-                None => self.res.counters.emit_errors += 1,
+                None => {
+                    truncate(&mut self.res.holes, mark);
+                    self.res.counters.emit_errors += 1;
+                }
             }
         }
         None
@@ -159,11 +223,37 @@ impl Engine {
     }
 }
 
+/// Drops the holes from `mark` on (a packet that is not sent).
+fn truncate(holes: &mut Option<Vec<Hole>>, mark: usize) {
+    if let Some(h) = holes {
+        h.truncate(mark);
+    }
+}
+
+/// Copies the memory of the holes from `mark` on into `dgram` (where they
+/// stand, counted from its start) and drops them: the datagram is whole.
+fn fill_holes(dgram: &mut [u8], holes: &mut Option<Vec<Hole>>, mark: usize) {
+    if let Some(h) = holes {
+        for hole in h.drain(mark..) {
+            hole.src.nic_copy(&mut dgram[hole.at..hole.end()]);
+        }
+    }
+}
+
 /// Fills in the ICRC and the transmit metadata for a packet of `len`
-/// bytes (BTH through ICRC) that a role wrote into `buf`. `None` if the ICRC
-/// cannot be computed (the addresses mix IPv4 and IPv6, which post and
-/// modify refuse): such a packet must not leave with stale ICRC bytes.
-fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> Option<Transmit> {
+/// bytes (BTH through ICRC) that a role wrote into `buf`, with the holes
+/// from `mark` on in its payload (`Res::holes`, counted from `buf`'s
+/// start). `None` if the ICRC cannot be computed (the addresses mix IPv4
+/// and IPv6, which post and modify refuse): such a packet must not leave
+/// with stale ICRC bytes.
+fn finish(
+    cfg: &EngineConfig,
+    qp: &mut QpEntry,
+    buf: &mut [u8],
+    len: usize,
+    holes: &mut Option<Vec<Hole>>,
+    mark: usize,
+) -> Option<Transmit> {
     let q = &qp.core;
     let ud_dest = if q.init.qp_type == QpType::Ud { qp.req.last_ud_dest() } else { None };
     let av = ud_dest.as_ref().map_or(q.av(), |d| &d.av);
@@ -186,12 +276,18 @@ fn finish(cfg: &EngineConfig, qp: &mut QpEntry, buf: &mut [u8], len: usize) -> O
     };
     let len = match &mut qp.crypto {
         Some(c) if !cnp => {
+            // Sealed in place: the payload must be in the packet.
+            fill_holes(buf, holes, mark);
             let info = roce_wire::opcode::lookup(opcode)?;
             c.seal(buf, len, info.header_len())?
         }
         _ => len,
     };
-    let crc = datagram_icrc(&meta, icrc_body(cfg.payload, &buf[..len - icrc::ICRC_LEN])?)?;
+    let body = len - icrc::ICRC_LEN;
+    let crc = match holes.as_deref().map_or(&[][..], |h| &h[mark..]) {
+        [] => datagram_icrc(&meta, icrc_body(cfg.payload, &buf[..body])?)?,
+        mine => datagram_icrc_holes(&meta, buf, body, mine)?,
+    };
     buf[len - icrc::ICRC_LEN..len].copy_from_slice(&crc.to_le_bytes());
     let carried = carried(cfg.payload.for_qp(q.init.qp_type), opcode, len);
     Some(Transmit {

@@ -54,13 +54,40 @@ pub fn compute(bytes: &[u8], net: NetHeader) -> u32 {
 /// sender that keeps the transport packet apart from the IP header the kernel
 /// will write uses this to avoid copying the payload.
 pub fn compute_split(headers: &[u8], transport: &[u8], net: NetHeader) -> u32 {
+    let bth_len = transport.len().min(bth::HEADER_LEN);
+    compute_split_with(headers, &transport[..bth_len], net, |h| h.update(&transport[bth_len..]))
+}
+
+/// A running ICRC over the bytes of a transport packet after its BTH, fed
+/// piece by piece ([`compute_split_with`]).
+pub struct IcrcHasher(crc32fast::Hasher);
+
+impl IcrcHasher {
+    /// Adds the next bytes of the packet.
+    #[inline]
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+}
+
+/// [`compute_split`] of a transport packet held in more pieces than one:
+/// `bth` is its first 12 bytes (the BTH, whose variant bits the ICRC
+/// masks; fewer only if the packet is shorter), and `rest` feeds the bytes
+/// after it, through pad, in order. A sender that leaves the payload in
+/// registered memory computes the ICRC over that memory this way, once.
+pub fn compute_split_with(
+    headers: &[u8],
+    bth: &[u8],
+    net: NetHeader,
+    rest: impl FnOnce(&mut IcrcHasher),
+) -> u32 {
     const MAX_PREFIX: usize = 60 + 8 + bth::HEADER_LEN; // IPv4 with options + UDP + BTH
     let (ip_len, _) = masked_len(headers, net);
     let hdr_len = headers.len().min(MAX_PREFIX - bth::HEADER_LEN);
-    let bth_len = transport.len().min(bth::HEADER_LEN);
+    let bth_len = bth.len().min(bth::HEADER_LEN);
     let mut prefix = [0u8; MAX_PREFIX];
     prefix[..hdr_len].copy_from_slice(&headers[..hdr_len]);
-    prefix[hdr_len..hdr_len + bth_len].copy_from_slice(&transport[..bth_len]);
+    prefix[hdr_len..hdr_len + bth_len].copy_from_slice(&bth[..bth_len]);
     let p = &mut prefix[..hdr_len + bth_len];
     let mut mask = |i: usize, v: u8| {
         if let Some(b) = p.get_mut(i) {
@@ -90,12 +117,13 @@ pub fn compute_split(headers: &[u8], transport: &[u8], net: NetHeader) -> u32 {
     // BTH resv8a (FECN, BECN, reserved)
     mask(hdr_len + 4, 0xff);
 
-    let mut h = crc32fast::Hasher::new();
+    let mut h = IcrcHasher(crc32fast::Hasher::new());
     h.update(&[0xff; 8]);
     h.update(p);
     h.update(&headers[hdr_len..]);
-    h.update(&transport[bth_len..]);
-    h.finalize()
+    h.update(&bth[bth_len..]);
+    rest(&mut h);
+    h.0.finalize()
 }
 
 /// Reads the ICRC stored at the end of `packet` (little-endian on the wire).
