@@ -14,13 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration as StdDuration;
 
-use roce_proto::{CqId, DatagramMeta, Engine, Instant};
+use roce_proto::{CqId, DatagramMeta, Engine, Hole, Instant};
 use roce_wire::icrc::{Ipv4IdCache, ICRC_LEN};
 
 use crate::capture::{Capture, IpFields};
 use crate::error::Error;
 pub use crate::stats::{DriverStats, SendError};
-use crate::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
+use crate::udp::{RxMeta, TxMsg, TxPiece, UdpIo, BATCH, RX_BUF};
 
 /// Bytes reserved per transmit slot: one GSO batch of equal-size packets.
 const SLOT: usize = 65536;
@@ -64,6 +64,10 @@ pub(crate) struct Core {
     rx_hot: bool,
     /// The transmit slots of a flush, kept between flushes.
     slots: Vec<Slot>,
+    /// The payload the slots of a flush leave in registered memory (`at`
+    /// counted from the start of `tx`), sent from there; emptied once
+    /// sent.
+    holes: Vec<Hole>,
     /// Whether the driver thread's poll watches the socket (not in
     /// busy-poll mode, nor while an application thread drives).
     pub socket_watched: bool,
@@ -342,11 +346,30 @@ struct Slot {
     tos: u8,
     seg: usize,
     used: usize,
+    /// Its holes: `Core::holes[holes.0..holes.1]`.
+    holes: (usize, usize),
 }
 
 impl Slot {
     fn segments(&self) -> usize {
         self.used.div_ceil(self.seg)
+    }
+}
+
+/// The pieces of bytes `[start, end)` of the transmit buffer: its own bytes
+/// and, where `holes` (sorted, each inside one datagram) stand, registered
+/// memory.
+fn pieces<'a>(tx: &'a [u8], holes: &'a [Hole], start: usize, end: usize, out: &mut Vec<TxPiece<'a>>) {
+    let mut at = start;
+    for h in holes.iter().filter(|h| h.at >= start && h.end() <= end) {
+        if h.at > at {
+            out.push(TxPiece::Bytes(&tx[at..h.at]));
+        }
+        out.push(TxPiece::Mem(&h.src));
+        at = h.end();
+    }
+    if end > at {
+        out.push(TxPiece::Bytes(&tx[at..end]));
     }
 }
 
@@ -386,6 +409,7 @@ impl Core {
             event_wakers: Vec::new(),
             rx_hot: false,
             slots: Vec::with_capacity(BATCH),
+            holes: Vec::new(),
             socket_watched: false,
             inject_panic: None,
             qp_in_flight: std::collections::HashMap::new(),
@@ -603,6 +627,7 @@ impl Core {
                 break;
             }
             self.send_slots(now, &slots);
+            self.holes.clear();
             if slots.len() < BATCH {
                 break;
             }
@@ -621,7 +646,16 @@ impl Core {
         while slots.len() < BATCH {
             let n = slots.len();
             let buf = &mut self.tx[n * SLOT..(n + 1) * SLOT];
-            let Some(tx) = self.engine.poll_transmit_batch(now, buf, max_segments) else { break };
+            // Payload goes from registered memory to the kernel without a
+            // copy here; a capture needs the bytes themselves.
+            let first = self.holes.len();
+            let got = if self.capture.is_none() {
+                self.engine.poll_transmit_batch_refs(now, buf, max_segments, &mut self.holes)
+            } else {
+                self.engine.poll_transmit_batch(now, buf, max_segments)
+            };
+            let Some(tx) = got else { break };
+            self.holes[first..].iter_mut().for_each(|h| h.at += n * SLOT);
             let seg = tx.segment_size;
             if v4 {
                 for k in 1..tx.segments() {
@@ -630,7 +664,8 @@ impl Core {
                 }
             }
             let dst = SocketAddr::new(tx.meta.dst, tx.meta.dst_port);
-            slots.push(Slot { meta: tx.meta, dst, tos: tx.traffic_class, seg, used: tx.len });
+            let holes = (first, self.holes.len());
+            slots.push(Slot { meta: tx.meta, dst, tos: tx.traffic_class, seg, used: tx.len, holes });
         }
     }
 
@@ -649,13 +684,26 @@ impl Core {
                 continue;
             }
             let r = {
-                let mut msgs = [TxMsg { dst: slots[0].dst, tos: 0, data: &[], segment: None }; BATCH];
+                let mut all = Vec::new();
+                let mut at = Vec::with_capacity(end - sent);
+                for (j, s) in slots.iter().enumerate().take(end).skip(sent) {
+                    let from = all.len();
+                    let holes = &self.holes[s.holes.0..s.holes.1];
+                    if !holes.is_empty() {
+                        pieces(&self.tx, holes, j * SLOT, j * SLOT + s.used, &mut all);
+                    }
+                    at.push((from, all.len()));
+                }
+                let mut msgs =
+                    [TxMsg { dst: slots[0].dst, tos: 0, data: &[], pieces: &[], segment: None }; BATCH];
                 for (j, s) in slots.iter().enumerate().take(end).skip(sent) {
                     let segment = (s.segments() > 1).then_some(s.seg as u16);
+                    let (a, b) = at[j - sent];
                     msgs[j - sent] = TxMsg {
                         dst: s.dst,
                         tos: s.tos,
                         data: &self.tx[j * SLOT..j * SLOT + s.used],
+                        pieces: &all[a..b],
                         segment,
                     };
                 }
@@ -705,9 +753,11 @@ impl Core {
             if v4 {
                 move_icrc(&mut self.ipv4_ids, &mut self.tx[start..end], k as u16, 0);
             }
+            let mut own = Vec::new();
+            pieces(&self.tx, &self.holes[s.holes.0..s.holes.1], start, end, &mut own);
             let mut spins = 0;
             loop {
-                let msg = TxMsg { dst: s.dst, tos: s.tos, data: &self.tx[start..end], segment: None };
+                let msg = TxMsg { dst: s.dst, tos: s.tos, data: &[], pieces: &own, segment: None };
                 match self.io.send(&[msg]) {
                     Ok(0) if spins < FULL_SPINS => {
                         spins += 1;
@@ -858,7 +908,13 @@ mod tests {
         (0..64).find(|&id| roce_proto::engine::datagram_icrc(&meta(id), body) == Some(crc))
     }
 
+    /// The bytes `write_8k` sends.
+    fn pattern_8k() -> Vec<u8> {
+        (0..8192u32).map(|i| (i * 13 + i / 256) as u8).collect()
+    }
+
     fn write_8k(core: &mut Core, qpn: u32, keys: MrKeys) {
+        core.engine.mr_write(keys.lkey, 0, &pattern_8k()).unwrap();
         let sge = Sge { addr: keys.addr, length: 8192, lkey: keys.lkey };
         let wr = SendWr::new(1, SendOp::Write { remote_addr: 0x1000, rkey: 9 }, vec![sge]);
         core.engine.post_send(qpn, wr).unwrap();
@@ -876,6 +932,13 @@ mod tests {
         let got = drain(&mut sink, 8);
         let ids: Vec<_> = got.iter().map(|d| icrc_id(&core, &sink, d)).collect();
         assert_eq!(ids, [0, 1, 0, 1, 2, 3, 4, 5].map(Some));
+        // the payload, sent from the region (iovecs), is the region's
+        let payload: Vec<u8> = got
+            .iter()
+            .enumerate()
+            .flat_map(|(i, d)| d[if i == 0 { 28 } else { 12 }..d.len() - 4].to_vec())
+            .collect();
+        assert_eq!(payload, pattern_8k());
         assert_eq!(core.stats().tx_errors, 0);
     }
 
@@ -890,6 +953,7 @@ mod tests {
         let got = drain(&mut sink, 8);
         assert_eq!(got.len(), 8);
         assert!(got.iter().all(|d| icrc_id(&core, &sink, d) == Some(0)));
+        assert_eq!(got[1][12..got[1].len() - 4], pattern_8k()[1024..2048]);
         let s = core.stats();
         assert!(!s.gso && s.gso_refused.as_deref().is_some_and(|w| w.contains("os error 5")), "{s:?}");
         assert_eq!((s.tx_errors, s.tx_dropped), (0, 0));

@@ -32,14 +32,19 @@
 //! This module is the crate's `unsafe` but for one `madvise` (`buffer`):
 //! memory handed to the kernel in `sendmmsg`/`recvmmsg`. Every `msghdr`
 //! points at buffers that live in the socket's `Scratch` (allocated once,
-//! never resized, borrowed mutably for the whole call) or in the caller's
-//! slices (`iovec`, `sockaddr_storage`, control buffers), with lengths taken
-//! from those same buffers; the kernel writes at most `msg_namelen`,
+//! never resized while headers point into them, borrowed mutably for the
+//! whole call) or in the caller's slices (`iovec`, `sockaddr_storage`,
+//! control buffers), with lengths taken from those same buffers; the kernel
+//! writes at most `msg_namelen`,
 //! `msg_controllen` and `iov_len` bytes into them. Control messages are
 //! built and read only through the `CMSG_*` macros of libc over buffers
 //! aligned for `cmsghdr` (a `u64` array) and sized with `CMSG_SPACE`. The
 //! returned address is decoded from a `sockaddr_storage` according to its
-//! `ss_family` and the length the kernel reported.
+//! `ss_family` and the length the kernel reported. A message sent in
+//! pieces ([`TxPiece`]) may also point at payload in registered memory,
+//! which the kernel only reads: each `PayloadRef` keeps its buffer alive for
+//! the call and its range inside it (its safety argument, `roce_proto::mem`,
+//! covers that no one writes those bytes meanwhile).
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -137,10 +142,48 @@ pub struct TxMsg<'a> {
     pub dst: SocketAddr,
     /// TOS / traffic class byte: DSCP << 2 | ECN.
     pub tos: u8,
+    /// The bytes to send, unless `pieces` holds any.
     pub data: &'a [u8],
+    /// The bytes to send, in pieces (one `iovec` each): the engine's
+    /// headers and trailers, and payload left in registered memory. Used
+    /// instead of `data` when not empty.
+    pub pieces: &'a [TxPiece<'a>],
     /// GSO: `data` holds datagrams of this size (the last may be shorter).
     pub segment: Option<u16>,
 }
+
+/// A piece of a message to send.
+#[derive(Clone, Copy, Debug)]
+pub enum TxPiece<'a> {
+    Bytes(&'a [u8]),
+    /// Payload bytes left in registered memory
+    /// (`Engine::poll_transmit_batch_refs`), read by the kernel in place.
+    Mem(&'a roce_proto::PayloadRef),
+}
+
+impl TxPiece<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            TxPiece::Bytes(b) => b.len(),
+            TxPiece::Mem(m) => m.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn iovec(&self) -> libc::iovec {
+        let (base, len) = match self {
+            TxPiece::Bytes(b) => (b.as_ptr(), b.len()),
+            TxPiece::Mem(m) => (m.as_ptr(), m.len()),
+        };
+        libc::iovec { iov_base: base as *mut _, iov_len: len }
+    }
+}
+
+/// Linux `UIO_MAXIOV`: the most iovecs one message may have.
+pub const MAX_PIECES: usize = 1024;
 
 /// What came with a received buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +224,8 @@ impl Default for RxMeta {
 struct Scratch {
     hdrs: Vec<libc::mmsghdr>,
     iovs: Vec<libc::iovec>,
+    /// The iovecs of messages sent in pieces, all messages' end to end.
+    gather: Vec<libc::iovec>,
     names: Vec<libc::sockaddr_storage>,
     ctrl: Vec<[u64; CMSG_BUF_WORDS]>,
 }
@@ -196,6 +241,7 @@ impl Scratch {
             Scratch {
                 hdrs: vec![zeroed(); BATCH],
                 iovs: vec![zeroed(); BATCH],
+                gather: Vec::new(),
                 names: vec![zeroed(); BATCH],
                 ctrl: vec![[0u64; CMSG_BUF_WORDS]; BATCH],
             }
@@ -429,7 +475,18 @@ impl UdpIo {
         if n == 0 {
             return Ok(0);
         }
-        let Scratch { hdrs, iovs, names, ctrl } = &mut self.scratch;
+        if let Some(m) = msgs[..n].iter().find(|m| m.pieces.len() > MAX_PIECES) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("a message of {} pieces (the kernel takes {MAX_PIECES})", m.pieces.len()),
+            ));
+        }
+        let Scratch { hdrs, iovs, gather, names, ctrl } = &mut self.scratch;
+        // Every message's pieces first: `gather` must not grow once
+        // headers point into it.
+        gather.clear();
+        gather.extend(msgs[..n].iter().flat_map(|m| m.pieces.iter().map(TxPiece::iovec)));
+        let mut next_piece = 0;
         for i in 0..n {
             let m = &msgs[i];
             ctrl[i] = [0u64; CMSG_BUF_WORDS];
@@ -438,8 +495,14 @@ impl UdpIo {
             let h = &mut hdrs[i].msg_hdr;
             h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
             h.msg_namelen = namelen;
-            h.msg_iov = &mut iovs[i];
-            h.msg_iovlen = 1;
+            if m.pieces.is_empty() {
+                h.msg_iov = &mut iovs[i];
+                h.msg_iovlen = 1;
+            } else {
+                h.msg_iov = gather[next_piece..].as_mut_ptr();
+                h.msg_iovlen = m.pieces.len() as _;
+                next_piece += m.pieces.len();
+            }
             h.msg_control = ctrl[i].as_mut_ptr().cast();
             h.msg_controllen = size_of::<[u64; CMSG_BUF_WORDS]>() as _;
             // SAFETY: msg_control/msg_controllen describe ctrl[i], aligned
@@ -469,7 +532,9 @@ impl UdpIo {
             }
         }
         // SAFETY: hdrs[..n] are fully initialised and every pointer in them
-        // refers to memory alive until this call returns.
+        // refers to memory alive until this call returns: the caller's
+        // slices, and payload left in registered memory, which each
+        // `PayloadRef` keeps alive and bounds (see `roce_proto::mem`).
         let r = unsafe { libc::sendmmsg(self.sock.as_raw_fd(), hdrs.as_mut_ptr(), n as u32, 0) };
         if r < 0 {
             let e = io::Error::last_os_error();
@@ -492,7 +557,7 @@ impl UdpIo {
         if let Some(errno) = self.fail_recv.take() {
             return Err(io::Error::from_raw_os_error(errno));
         }
-        let Scratch { hdrs, iovs, names, ctrl } = &mut self.scratch;
+        let Scratch { hdrs, iovs, names, ctrl, .. } = &mut self.scratch;
         for i in 0..n {
             iovs[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr().cast(), iov_len: bufs[i].len() };
             let h = &mut hdrs[i].msg_hdr;
@@ -686,6 +751,54 @@ mod tests {
         assert_eq!(&b[..n], b"marker", "a plain socket took a zero-checksum IPv6 datagram");
     }
 
+    /// Messages in pieces: the kernel joins the pieces, whatever their
+    /// boundaries against the GSO segments, and each message's own pieces
+    /// go to it (a message of whole bytes between two in pieces). Too many
+    /// pieces for one message are refused before anything is sent.
+    #[test]
+    fn messages_in_pieces_arrive_joined() {
+        let mut a = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut b = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let payload: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let p = &payload;
+        let first = [TxPiece::Bytes(&p[..10]), TxPiece::Bytes(&p[10..1500]), TxPiece::Bytes(&p[1500..3000])];
+        let last = [TxPiece::Bytes(&p[2000..2001]), TxPiece::Bytes(&p[2001..2300])];
+        let to = b.local_addr();
+        let gso = a.gso().then_some(1000);
+        let msgs = [
+            TxMsg { dst: to, tos: 0, data: &[], pieces: &first, segment: gso },
+            TxMsg { dst: to, tos: 0, data: &p[..50], pieces: &[], segment: None },
+            TxMsg { dst: to, tos: 0, data: &p[..1], pieces: &last, segment: None },
+        ];
+        let gso = gso.is_some();
+        if gso {
+            assert_eq!(a.send(&msgs).unwrap(), 3);
+        } else {
+            assert_eq!(a.send(&msgs[1..]).unwrap(), 2);
+        }
+        let mut bufs = vec![vec![0u8; RX_BUF]; 8];
+        let mut metas = [RxMeta::default(); 8];
+        let mut got = Vec::new();
+        let want = if gso { 5 } else { 2 };
+        let t = std::time::Instant::now();
+        while got.len() < want && t.elapsed() < std::time::Duration::from_secs(2) {
+            let n = b.recv(&mut bufs, &mut metas).unwrap();
+            for i in 0..n {
+                got.extend(bufs[i][..metas[i].len].chunks(metas[i].stride.max(1)).map(<[u8]>::to_vec));
+            }
+            std::thread::yield_now();
+        }
+        let mut expect: Vec<&[u8]> = Vec::new();
+        if gso {
+            expect.extend([&p[..1000], &p[1000..2000], &p[2000..3000]]);
+        }
+        expect.extend([&p[..50], &p[2000..2300]]);
+        assert_eq!(got, expect);
+        let many = vec![TxPiece::Bytes(&p[..1]); MAX_PIECES + 1];
+        let e = a.send(&[TxMsg { dst: to, tos: 0, data: &[], pieces: &many, segment: None }]).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
     #[test]
     fn loopback_batch_with_tos_and_gso() {
         for any in ["127.0.0.1:0", "[::1]:0"] {
@@ -693,8 +806,14 @@ mod tests {
             let mut b = UdpIo::bind(any.parse().unwrap()).unwrap();
             let payload: Vec<u8> = (0..3000u32).map(|i| i as u8).collect();
             let msgs = [
-                TxMsg { dst: b.local_addr(), tos: 0x0a, data: &payload[..100], segment: None },
-                TxMsg { dst: b.local_addr(), tos: 0x03, data: &payload[..3000], segment: Some(1000) },
+                TxMsg { dst: b.local_addr(), tos: 0x0a, data: &payload[..100], pieces: &[], segment: None },
+                TxMsg {
+                    dst: b.local_addr(),
+                    tos: 0x03,
+                    data: &payload[..3000],
+                    pieces: &[],
+                    segment: Some(1000),
+                },
             ];
             let sent = a.send(&msgs).unwrap();
             assert_eq!(sent, 2);
