@@ -75,6 +75,11 @@ pub fn read_request_end(rx_budget_bytes: u64, mtu: usize, offset: u64, length: u
 /// Default: ask for an ACK at least every this many packets of a message.
 pub const ACK_REQ_EVERY: u32 = 64;
 
+/// The least payload of a packet that `Engine::poll_transmit_batch_refs`
+/// leaves in registered memory: a smaller one is copied, since handing the
+/// kernel another iovec for it costs more than the copy.
+pub const PAYLOAD_REF_MIN: usize = 512;
+
 /// Default device limits (`struct ibv_device_attr`).
 pub const MAX_QP: usize = 1 << 16;
 /// ConnectX-5/6's `max_cqe` (2^22 - 1): perftest sizes one CQ for every

@@ -2,8 +2,9 @@
 //! vol. 1 §10.6 (local: L_Key, PD, bounds, Local Write; remote §9.7.5.1.3 /
 //! §10.6.3.3: R_Key, PD, bounds, Remote Read/Write/Atomic).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use crate::config::Payload;
 use crate::mem::{EngineId, MemBuf, NicBuf, PayloadRef};
@@ -50,13 +51,17 @@ pub(crate) enum LocalError {
 pub(crate) struct MrTable {
     /// The engine the table belongs to, to which it binds buffers.
     engine: EngineId,
-    by_lkey: BTreeMap<u32, Mr>,
-    rkey_to_lkey: BTreeMap<u32, u32>,
+    /// Hashed: every packet's gather or placement looks its region up,
+    /// and a device may hold tens of thousands (a region per QP). The
+    /// keys are the engine's own (random), so what a peer sends can only
+    /// look up, not crowd a bucket.
+    by_lkey: FxHashMap<u32, Mr>,
+    rkey_to_lkey: FxHashMap<u32, u32>,
 }
 
 impl MrTable {
     pub fn new(engine: EngineId) -> MrTable {
-        MrTable { engine, by_lkey: BTreeMap::new(), rkey_to_lkey: BTreeMap::new() }
+        MrTable { engine, by_lkey: FxHashMap::default(), rkey_to_lkey: FxHashMap::default() }
     }
 
     /// Binds `buf` to this engine for a new region; fails if another engine

@@ -33,6 +33,7 @@ use roce_wire::{
 
 use crate::config::Payload;
 use crate::datagram::Hole;
+use crate::limits::PAYLOAD_REF_MIN;
 use crate::qp::QpCore;
 use crate::res::Res;
 use crate::time::{ack_timeout, Instant};
@@ -426,7 +427,7 @@ impl Requester {
                 match &mut res.holes {
                     // Left in memory for the driver to send from: the
                     // same checks, no copy.
-                    Some(holes) if payload == Payload::Carried => {
+                    Some(holes) if payload == Payload::Carried && payload_len >= PAYLOAD_REF_MIN => {
                         let mark = holes.len();
                         let r =
                             res.mrs.refs(&wqe.wr.sg_list, q.init.pd, self.offset, payload_len, |src, r| {

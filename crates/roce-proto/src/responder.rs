@@ -34,7 +34,7 @@ use roce_wire::{
 };
 
 use crate::datagram::{DatagramMeta, Hole};
-use crate::limits::ACK_CREDITS as CREDITS;
+use crate::limits::{ACK_CREDITS as CREDITS, PAYLOAD_REF_MIN};
 use crate::mr::LocalError;
 use crate::qp::QpCore;
 use crate::res::Res;
@@ -690,7 +690,7 @@ impl Responder {
                 let carried = res.cfg.payload.carried(sent, n);
                 let copied = match (&mut res.holes, src) {
                     // Left in memory for the driver to send from.
-                    (Some(holes), Some((b, off))) if carried == n => {
+                    (Some(holes), Some((b, off))) if carried == n && n >= PAYLOAD_REF_MIN => {
                         b.nic_ref(off, n).map(|src| holes.push(Hole { at: hdr, src })).is_ok()
                     }
                     (_, src) => {

@@ -41,9 +41,10 @@ impl Engine {
     /// the holes' memory in their places (`sendmsg` iovecs), before it
     /// calls the engine again: the bytes belong to work requests in
     /// progress, which are not complete until the peer has them (see
-    /// [`crate::PayloadRef`]). Packets of QPs that encrypt, and whatever
-    /// an engine that elides payload sends, are whole, as are the rare
-    /// packets that wait for the next batch.
+    /// [`crate::PayloadRef`]). Payloads under
+    /// [`crate::limits::PAYLOAD_REF_MIN`] bytes, packets of QPs that
+    /// encrypt, and whatever an engine that elides payload sends are
+    /// whole, as are the packets that wait for the next batch.
     pub fn poll_transmit_batch_refs(
         &mut self,
         now: Instant,
