@@ -118,9 +118,11 @@ struct Sends {
     /// Requests completed (or flushed), per QP.
     ccnt: Vec<u64>,
     deadline: Option<Instant>,
-    /// A timed run is over and its QPs went to ERR: flush errors are
+    /// A timed run is over and QPs went to ERR: flush errors are
     /// expected.
     flushed: bool,
+    /// Which QPs went to ERR.
+    qp_flushed: Vec<bool>,
     /// Keep each request's completion time (for the peak).
     record: bool,
     completed: Vec<Instant>,
@@ -136,6 +138,7 @@ impl Sends {
             ccnt: vec![0; qps],
             deadline,
             flushed: false,
+            qp_flushed: vec![false; qps],
             record,
             completed: Vec::with_capacity(cap),
             done: 0,
@@ -390,13 +393,35 @@ impl RdmaSide {
         Ok(())
     }
 
-    /// Moves every QP to ERR: what the peer has not yet acknowledged
-    /// completes with `WrFlushErr`.
-    fn flush_qps(&self) -> Result<()> {
-        let err = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
-        for qp in &self.res().qps {
-            qp.modify(&err, AttrMask::STATE)?;
+    /// At the end of a timed run, moves each QP that has completed a
+    /// message to ERR.
+    ///
+    /// perftest leaves the requests still queued at the end of a
+    /// timed run to the QPs' destruction; flushing them now (the
+    /// QPs to ERR, IBTA 10.3.1: outstanding WRs complete with a
+    /// flush error) stops the traffic at the deadline instead of
+    /// after a backlog of up to qps x tx-depth messages. Each QP
+    /// first completes one message, so the peer's data check
+    /// finds a whole one, and goes to ERR as soon as it has: one
+    /// that waits for the slowest of thousands keeps sending its
+    /// backlog meanwhile (with 10,000 QPs, tens of GB, for longer
+    /// than the peer waits).
+    fn flush_done_qps(&self, t: &mut Sends) -> Result<()> {
+        for qi in 0..t.ccnt.len() {
+            if !t.qp_flushed[qi] && t.ccnt[qi] > 0 {
+                self.flush_qp(qi)?;
+                t.qp_flushed[qi] = true;
+                t.flushed = true;
+            }
         }
+        Ok(())
+    }
+
+    /// Moves QP `qi` to ERR: what the peer has not yet acknowledged
+    /// completes with `WrFlushErr`.
+    fn flush_qp(&self, qi: usize) -> Result<()> {
+        let err = QpAttr { qp_state: QpState::Err, ..QpAttr::default() };
+        self.res().qps[qi].modify(&err, AttrMask::STATE)?;
         Ok(())
     }
 
@@ -743,16 +768,8 @@ impl Side for RdmaSide {
         loop {
             let now = Instant::now();
             stopped |= deadline.is_some_and(|d| now >= d);
-            if stopped && timed && !t.flushed && t.ccnt.iter().all(|&n| n > 0) {
-                // perftest leaves the requests still queued at the end of a
-                // timed run to the QPs' destruction; flushing them now (the
-                // QPs to ERR, IBTA 10.3.1: outstanding WRs complete with a
-                // flush error) stops the traffic at the deadline instead of
-                // after a backlog of up to qps x tx-depth messages. Each QP
-                // first completes one message, so the peer's data check
-                // finds a whole one.
-                self.flush_qps()?;
-                t.flushed = true;
+            if stopped && timed {
+                self.flush_done_qps(&mut t)?;
             }
             let mut reaped = now;
             // Completions taken between posts: progress, and perhaps all
@@ -768,6 +785,11 @@ impl Side for RdmaSide {
                     continue;
                 }
                 let mut want = (n - t.scnt[qi]).min(tx - (t.scnt[qi] - t.ccnt[qi]));
+                if stopped {
+                    // one group is something; a whole TX depth per QP
+                    // would be a backlog to flush
+                    want = want.min(cq_mod);
+                }
                 if timed {
                     // Timed runs post whole moderation groups: each ends signalled.
                     want -= want % cq_mod;
@@ -795,6 +817,11 @@ impl Side for RdmaSide {
                     reaped_some |= k > 0;
                     reaped = now;
                     stopped |= deadline.is_some_and(|d| now >= d);
+                    if stopped && timed {
+                        // a pass over thousands of QPs outlasts the run:
+                        // the done ones stop sending now, not after it
+                        self.flush_done_qps(&mut t)?;
+                    }
                 }
             }
             let sends_done = (0..q).all(|i| {
