@@ -340,7 +340,7 @@ fn latency() {
     }
     ratios.sort_by(f64::total_cmp);
     println!(
-        "  ratio roce / raw UDP: {:.2} (median of {rounds} rounds, range {:.2}-{:.2}; target <= 1.5)",
+        "  ratio roce / raw UDP: {:.2} (median of {rounds} rounds, range {:.2}-{:.2}; target <= 1.2)",
         (ratios[rounds / 2 - 1] + ratios[rounds / 2]) / 2.0,
         ratios[0],
         ratios[rounds - 1]

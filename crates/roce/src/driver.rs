@@ -684,15 +684,17 @@ impl Core {
                 continue;
             }
             let r = {
+                // (no allocation when no slot leaves payload in memory:
+                // small messages, the latency path)
                 let mut all = Vec::new();
-                let mut at = Vec::with_capacity(end - sent);
+                let mut at = [(0, 0); BATCH];
                 for (j, s) in slots.iter().enumerate().take(end).skip(sent) {
                     let from = all.len();
                     let holes = &self.holes[s.holes.0..s.holes.1];
                     if !holes.is_empty() {
                         pieces(&self.tx, holes, j * SLOT, j * SLOT + s.used, &mut all);
                     }
-                    at.push((from, all.len()));
+                    at[j - sent] = (from, all.len());
                 }
                 let mut msgs =
                     [TxMsg { dst: slots[0].dst, tos: 0, data: &[], pieces: &[], segment: None }; BATCH];

@@ -485,7 +485,9 @@ impl UdpIo {
         // Every message's pieces first: `gather` must not grow once
         // headers point into it.
         gather.clear();
-        gather.extend(msgs[..n].iter().flat_map(|m| m.pieces.iter().map(TxPiece::iovec)));
+        if msgs[..n].iter().any(|m| !m.pieces.is_empty()) {
+            gather.extend(msgs[..n].iter().flat_map(|m| m.pieces.iter().map(TxPiece::iovec)));
+        }
         let mut next_piece = 0;
         for i in 0..n {
             let m = &msgs[i];
