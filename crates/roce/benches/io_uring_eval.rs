@@ -16,12 +16,14 @@
 //! `sendmmsg` are printed. `ROCE_BENCH_SECS` sets each phase (default 1 s).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{cqueue, opcode, types, IoUring};
-use roce::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
+
+#[path = "support/raw_rx.rs"]
+mod raw_rx;
+use raw_rx::{crc_batch, RawRx};
+use roce::udp::{TxMsg, UdpIo, BATCH};
 
 const PKT: usize = 12 + 4096 + 4;
 const PER: usize = 15;
@@ -37,17 +39,6 @@ enum Way {
 
 fn secs() -> f64 {
     std::env::var("ROCE_BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(1.0)
-}
-
-/// CRCs of every datagram of every buffer of a batch, as the raw
-/// baseline of `vs_udp` computes them.
-fn crc_batch(data: &mut [u8]) {
-    for _ in 0..BATCH {
-        for p in data.chunks_mut(PKT) {
-            let (body, crc) = p.split_at_mut(PKT - 4);
-            crc.copy_from_slice(&crc32fast::hash(body).to_le_bytes());
-        }
-    }
 }
 
 /// One message's headers for io_uring: address, one iovec, the GSO size.
@@ -91,41 +82,19 @@ impl Msg {
 /// Goodput (Gb/s of 4096-byte payloads) of one sender `way` against a
 /// `recvmmsg` + GRO receiver that checks every CRC.
 fn run(way: Way) -> f64 {
-    let mut rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut tx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     assert!(tx.gso(), "this evaluation needs UDP GSO");
     let dst = rx.local_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bytes = Arc::new(AtomicU64::new(0));
-    let bad = Arc::new(AtomicU64::new(0));
-    let (s2, b2, bad2) = (stop.clone(), bytes.clone(), bad.clone());
-    let receiver = std::thread::spawn(move || {
-        let mut bufs = vec![vec![0u8; RX_BUF]; BATCH];
-        let mut metas = vec![RxMeta::default(); BATCH];
-        while !s2.load(Ordering::Relaxed) {
-            let n = rx.recv(&mut bufs, &mut metas).unwrap();
-            for (b, m) in bufs.iter().zip(&metas[..n]) {
-                for d in b[..m.len].chunks(m.stride.max(1)) {
-                    let (body, crc) = d.split_at(d.len() - 4);
-                    if crc32fast::hash(body).to_le_bytes() != crc {
-                        bad2.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                b2.fetch_add(m.len as u64, Ordering::Relaxed);
-            }
-            if n == 0 {
-                std::thread::yield_now();
-            }
-        }
-    });
+    let receiver = RawRx::spawn(rx, true);
     let mut data = vec![0x5au8; PKT * PER];
     let dur = Duration::from_secs_f64(secs());
     let t0 = Instant::now();
-    let start = bytes.load(Ordering::Relaxed);
+    let start = receiver.bytes();
     match way {
         Way::Sendmmsg => {
             while t0.elapsed() < dur {
-                crc_batch(&mut data);
+                crc_batch(&mut data, PKT, BATCH);
                 let msgs =
                     [TxMsg { dst, tos: 0, data: &data, pieces: &[], segment: Some(PKT as u16) }; BATCH];
                 let mut sent = 0;
@@ -141,7 +110,7 @@ fn run(way: Way) -> f64 {
             let fd = types::Fd(tx.raw_fd());
             let mut ring = IoUring::new(4 * BATCH as u32).unwrap();
             while t0.elapsed() < dur {
-                crc_batch(&mut data);
+                crc_batch(&mut data, PKT, BATCH);
                 let msgs: Vec<Box<Msg>> = (0..BATCH).map(|_| Msg::new(dst, &data)).collect();
                 let mut pending = 0;
                 let mut left: Vec<usize> = (0..BATCH).collect();
@@ -186,10 +155,8 @@ fn run(way: Way) -> f64 {
         }
     }
     let el = t0.elapsed().as_secs_f64();
-    let b = bytes.load(Ordering::Relaxed) - start;
-    stop.store(true, Ordering::Relaxed);
-    receiver.join().unwrap();
-    assert_eq!(bad.load(Ordering::Relaxed), 0, "datagrams with a bad CRC");
+    let b = receiver.bytes() - start;
+    receiver.stop();
     b as f64 * 4096.0 / PKT as f64 * 8.0 / el / 1e9
 }
 

@@ -14,15 +14,16 @@
 //! runs one half, `roce-bw` or `raw-crc` one phase alone (to profile it).
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use roce::udp::{RxMeta, TxMsg, UdpIo, BATCH, RX_BUF};
+use roce::udp::{RxMeta, TxMsg, UdpIo, BATCH};
 use roce::*;
 
+#[path = "support/raw_rx.rs"]
+mod raw_rx;
 #[path = "../tests/support/udp_pair.rs"]
 mod udp_pair;
+use raw_rx::{crc_batch, RawRx};
 
 const MSG: u32 = 65536;
 const PKT: usize = 12 + 4096 + 4; // BTH + payload + ICRC (RETH only on FIRST)
@@ -47,54 +48,24 @@ enum Raw {
 }
 
 fn raw_udp_throughput(mode: Raw) -> f64 {
-    let mut rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let rx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let mut tx = UdpIo::bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let gso = tx.gso() && mode != Raw::Plain;
     let check = mode == Raw::GsoCrc;
     let dst = rx.local_addr();
-    let stop = Arc::new(AtomicBool::new(false));
-    let bytes = Arc::new(AtomicU64::new(0));
-    let bad = Arc::new(AtomicU64::new(0));
-    let (s2, b2, bad2) = (stop.clone(), bytes.clone(), bad.clone());
-    let receiver = std::thread::spawn(move || {
-        let mut bufs = vec![vec![0u8; RX_BUF]; BATCH];
-        let mut metas = vec![RxMeta::default(); BATCH];
-        while !s2.load(Ordering::Relaxed) {
-            let n = rx.recv(&mut bufs, &mut metas).unwrap();
-            let got: usize = metas[..n].iter().map(|m| m.len).sum();
-            if check {
-                for (b, m) in bufs.iter().zip(&metas[..n]) {
-                    for d in b[..m.len].chunks(m.stride.max(1)) {
-                        let (body, crc) = d.split_at(d.len() - 4);
-                        if crc32fast::hash(body).to_le_bytes() != crc {
-                            bad2.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
-                }
-            }
-            b2.fetch_add(got as u64, Ordering::Relaxed);
-            if n == 0 {
-                std::thread::yield_now();
-            }
-        }
-    });
+    let receiver = RawRx::spawn(rx, check);
     // 15 datagrams per GSO buffer (the most below 64 KiB), 32 buffers per sendmmsg.
     let per = if gso { 15 } else { 1 };
     // One buffer, sent BATCH times per call: roce's sender also reads one
     // hot 64 KiB source (perftest's fixed address for large messages).
     let mut data = vec![0x5au8; PKT * per];
     let t0 = Instant::now();
-    let start_bytes = bytes.load(Ordering::Relaxed);
+    let start_bytes = receiver.bytes();
     let dur = Duration::from_secs_f64(secs());
     while t0.elapsed() < dur {
         if check {
             // the CRC work of BATCH distinct buffers
-            for _ in 0..BATCH {
-                for p in data.chunks_mut(PKT) {
-                    let (body, crc) = p.split_at_mut(PKT - 4);
-                    crc.copy_from_slice(&crc32fast::hash(body).to_le_bytes());
-                }
-            }
+            crc_batch(&mut data, PKT, BATCH);
         }
         let msgs =
             [TxMsg { dst, tos: 2, data: &data, pieces: &[], segment: gso.then_some(PKT as u16) }; BATCH];
@@ -107,10 +78,8 @@ fn raw_udp_throughput(mode: Raw) -> f64 {
         }
     }
     let el = t0.elapsed().as_secs_f64();
-    let b = bytes.load(Ordering::Relaxed) - start_bytes;
-    stop.store(true, Ordering::Relaxed);
-    receiver.join().unwrap();
-    assert_eq!(bad.load(Ordering::Relaxed), 0, "raw UDP datagrams with a bad CRC");
+    let b = receiver.bytes() - start_bytes;
+    receiver.stop();
     // goodput: payload bytes only
     b as f64 * 4096.0 / PKT as f64 * 8.0 / el / 1e9
 }
