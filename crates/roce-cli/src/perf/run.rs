@@ -28,6 +28,9 @@ use crate::oob::{gid_bytes, gid_ip, Encryption, Error, Result, ROCE_UDP_PORT};
 
 mod cm;
 mod lat;
+mod sends;
+
+use sends::{take, wait_one, wc_error, Sends, Stall, REAP_EVERY};
 
 const PAGE: usize = 4096;
 /// Low bits of a send work request id: the request's number (from 1); the
@@ -77,142 +80,6 @@ struct Res {
 
     /// Receives posted per QP in the current round.
     recv_posted: Vec<u64>,
-}
-
-/// Gives up when nothing happened for a while.
-struct Stall {
-    last: Instant,
-    limit: Duration,
-}
-
-impl Stall {
-    fn new(limit: Duration) -> Stall {
-        Stall { last: Instant::now(), limit }
-    }
-    fn progress(&mut self) {
-        self.last = Instant::now();
-    }
-    fn left(&self) -> Duration {
-        self.limit.saturating_sub(self.last.elapsed())
-    }
-    fn check(&self, what: &str) -> Result<()> {
-        if self.last.elapsed() >= self.limit {
-            return Err(Error::Timeout {
-                what: format!(
-                    "{what}: nothing happened for {:.0} s (is the peer still running and reachable over UDP?)",
-                    self.limit.as_secs_f64()
-                ),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// How often a long pass of posts stops to take completions.
-const REAP_EVERY: Duration = Duration::from_millis(1);
-
-/// The sender's count of its requests in [`RdmaSide::run_bw`].
-struct Sends {
-    /// Requests posted, per QP.
-    scnt: Vec<u64>,
-    /// Requests completed (or flushed), per QP.
-    ccnt: Vec<u64>,
-    deadline: Option<Instant>,
-    /// A timed run is over and QPs went to ERR: flush errors are
-    /// expected.
-    flushed: bool,
-    /// Which QPs went to ERR.
-    qp_flushed: Vec<bool>,
-    /// Keep each request's completion time (for the peak).
-    record: bool,
-    completed: Vec<Instant>,
-    /// Requests completed successfully (by the deadline of a timed run).
-    done: u64,
-    last_done: Instant,
-}
-
-impl Sends {
-    fn new(qps: usize, start: Instant, deadline: Option<Instant>, record: bool, cap: usize) -> Sends {
-        Sends {
-            scnt: vec![0; qps],
-            ccnt: vec![0; qps],
-            deadline,
-            flushed: false,
-            qp_flushed: vec![false; qps],
-            record,
-            completed: Vec::with_capacity(cap),
-            done: 0,
-            last_done: start,
-        }
-    }
-
-    /// Counts completions taken at `now`. A signalled request's completion
-    /// stands for the unsignalled ones before it (its id is its number).
-    fn absorb(&mut self, wcs: &[Wc], now: Instant) -> Result<()> {
-        for wc in wcs {
-            let flush = self.flushed && wc.status == WcStatus::WrFlushErr;
-            if wc.status != WcStatus::Success && !flush {
-                return Err(wc_error(wc, "a work request"));
-            }
-            let qi = (wc.wr_id >> IDX_BITS) as usize;
-            let Some(c) = self.ccnt.get_mut(qi) else { continue };
-            let upto = wc.wr_id & ((1 << IDX_BITS) - 1);
-            let newly = upto.saturating_sub(*c);
-            *c = (*c).max(upto);
-            // A timed run counts what completed by the deadline.
-            if flush || self.deadline.is_some_and(|d| now > d) {
-                continue;
-            }
-            if self.record {
-                self.completed.extend(std::iter::repeat_n(now, newly as usize));
-            }
-            self.done += newly;
-            self.last_done = now;
-        }
-        Ok(())
-    }
-}
-
-fn wc_error(wc: &Wc, what: &str) -> Error {
-    let hint = match wc.status {
-        WcStatus::RetryExcErr => ": the peer does not answer (transport retries exhausted)",
-        WcStatus::RnrRetryExcErr => ": the peer posted no receive (RNR retries exhausted)",
-        WcStatus::RemAccessErr => ": the peer refused the access (R_Key, address or rights)",
-        WcStatus::WrFlushErr => ": the QP is in the error state",
-        _ => "",
-    };
-    Error::Failed(format!(
-        "{what} completed with status {:?} (vendor error {:#x}) on QP {:#08x}{hint}",
-        wc.status, wc.vendor_err, wc.qp_num
-    ))
-}
-
-/// Takes ready completions; waits up to `wait` if there are none.
-fn take(cq: &Cq, wcs: &mut [Wc], wait: Duration) -> Result<usize> {
-    let n = cq.poll(wcs)?;
-    if n > 0 || wait.is_zero() {
-        return Ok(n);
-    }
-    match cq.wait(wcs, wait) {
-        Ok(n) => Ok(n),
-        Err(roce::Error::Timeout(_)) => Ok(0),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Waits for one successful completion on `cq`.
-fn wait_one(cq: &Cq, stall: &mut Stall, what: &str) -> Result<Wc> {
-    let mut wc = [WC_ZERO];
-    loop {
-        if take(cq, &mut wc, stall.left().max(Duration::from_millis(1)))? == 1 {
-            if wc[0].status != WcStatus::Success {
-                return Err(wc_error(&wc[0], what));
-            }
-            stall.progress();
-            return Ok(wc[0]);
-        }
-        stall.check(what)?;
-    }
 }
 
 /// The RDMA end of a perf test.
