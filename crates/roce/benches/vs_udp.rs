@@ -95,45 +95,87 @@ fn pair(busy: bool, encrypt: bool) -> (End, End) {
     udp_pair::UdpPair::new(side).mtu(PathMtu::Mtu4096).encrypted(encrypt).open()
 }
 
+/// What a throughput phase of roce moves, A's WRs with B's region.
+#[derive(Clone, Copy, PartialEq)]
+enum Op {
+    /// RDMA WRITEs from A into B.
+    Write,
+    /// RDMA READs by A of B: the payload flows B -> A, in READ responses.
+    Read,
+    /// SENDs from A into receives B posts (and reposts, on a thread of its
+    /// own, as perftest's send_bw server does).
+    Send,
+}
+
 /// `encrypt`: both QPs protected (AES-128-GCM, `Qp::protect`).
 fn roce_write_bw(encrypt: bool) -> f64 {
+    roce_bw(Op::Write, encrypt)
+}
+
+/// Gb/s of payload of 64 KiB `op`s, 64 posted at a time, the requester
+/// spinning on its CQ as perftest's *_bw do.
+fn roce_bw(op: Op, encrypt: bool) -> f64 {
     let (a, b) = pair(false, encrypt);
     let depth = 64u64;
-    // perftest's write_bw moves a message's address through its cycle
-    // buffer (a page) only for messages up to half of it; larger messages,
-    // like these, all use the same source and destination address.
+    // perftest's *_bw move a message's address through their cycle buffer
+    // (a page) only for messages up to half of it; larger messages, like
+    // these, all use the same source and destination address.
     let wr = |i: u64| {
-        let off = 0;
-        let mut w = SendWr::new(
-            i,
-            SendOp::Write { remote_addr: b.mr.addr() + off, rkey: b.mr.rkey() },
-            vec![a.mr.sge(off, MSG)],
-        );
+        let (addr, rkey) = (b.mr.addr(), b.mr.rkey());
+        let verb = match op {
+            Op::Write => SendOp::Write { remote_addr: addr, rkey },
+            Op::Read => SendOp::Read { remote_addr: addr, rkey },
+            Op::Send => SendOp::Send,
+        };
+        let mut w = SendWr::new(i, verb, vec![a.mr.sge(0, MSG)]);
         w.signaled = true;
         w
     };
-    let mut posted = 0;
-    a.qp.post_send_batch((0..depth).map(wr)).unwrap();
-    posted += depth;
-    let mut done = 0u64;
-    let mut buf = [WC_ZERO; 64];
-    let t0 = Instant::now();
-    let dur = Duration::from_secs_f64(secs());
-    while t0.elapsed() < dur {
-        // perftest's write_bw spins on the CQ (ibv_poll_cq, which the C
-        // library runs as this poll-or-drive).
-        let n = a.cq.poll_or_drive(&mut buf, &[a.qp.qpn()], 1).unwrap();
-        for w in &buf[..n] {
-            assert_eq!(w.status, WcStatus::Success);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let done = std::thread::scope(|s| {
+        if op == Op::Send {
+            let recv = |i| RecvWr { wr_id: i, sg_list: vec![b.mr.sge(0, MSG)] };
+            for i in 0..256 {
+                b.qp.post_recv(recv(i)).unwrap();
+            }
+            let stop = &stop;
+            let (b, recv) = (&b, recv);
+            s.spawn(move || {
+                let mut got = [WC_ZERO; 64];
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(n) = b.cq.wait(&mut got, Duration::from_millis(20)) else { continue };
+                    for w in &got[..n] {
+                        assert_eq!(w.status, WcStatus::Success);
+                        b.qp.post_recv(recv(w.wr_id)).unwrap();
+                    }
+                }
+            });
         }
-        done += n as u64;
-        a.qp.post_send_batch((posted..posted + n as u64).map(wr)).unwrap();
-        posted += n as u64;
-    }
-    let el = t0.elapsed().as_secs_f64();
+        let mut posted = 0;
+        a.qp.post_send_batch((0..depth).map(wr)).unwrap();
+        posted += depth;
+        let mut done = 0u64;
+        let mut buf = [WC_ZERO; 64];
+        let t0 = Instant::now();
+        let dur = Duration::from_secs_f64(secs());
+        while t0.elapsed() < dur {
+            // perftest spins on the CQ (ibv_poll_cq, which the C library
+            // runs as this poll-or-drive).
+            let n = a.cq.poll_or_drive(&mut buf, &[a.qp.qpn()], 1).unwrap();
+            for w in &buf[..n] {
+                assert_eq!(w.status, WcStatus::Success);
+            }
+            done += n as u64;
+            a.qp.post_send_batch((posted..posted + n as u64).map(wr)).unwrap();
+            posted += n as u64;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        (done, t0.elapsed().as_secs_f64())
+    });
+    let (done, el) = done;
     let c = a.dev.counters();
     eprintln!(
-        "  roce: {done} WRITEs, {} packets sent, {} retries, {} tx dropped by the kernel",
+        "  roce: {done} messages, {} packets sent, {} retries, {} tx dropped by the kernel",
         c.sent_pkts,
         c.completer_retry_err + c.rcvd_seq_err,
         a.dev.driver_stats().tx_dropped
@@ -262,18 +304,23 @@ fn throughput() {
     // within a minute, so only neighbouring phases compare.
     let rounds = 3;
     let (mut vs_udp, mut vs_crc, mut vs_plain, mut enc) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut read_crc, mut send_crc) = (Vec::new(), Vec::new());
     for r in 1..=rounds {
         let udp = raw_udp_throughput(Raw::Gso);
         let roce = roce_write_bw(false);
         let roce_enc = roce_write_bw(true);
         let crc = if gso { raw_udp_throughput(Raw::GsoCrc) } else { udp };
+        let read = roce_bw(Op::Read, false);
+        let send = roce_bw(Op::Send, false);
         let plain = raw_udp_throughput(Raw::Plain);
         println!(
             "  round {r}: raw UDP {udp:.1}, +CRC {crc:.1}, plain {plain:.1}, roce write-bw {roce:.1}, \
-             encrypted {roce_enc:.1} Gb/s of payload"
+             read-bw {read:.1}, send-bw {send:.1}, encrypted write-bw {roce_enc:.1} Gb/s of payload"
         );
         vs_udp.push(roce / udp);
         vs_crc.push(roce / crc);
+        read_crc.push(read / crc);
+        send_crc.push(send / crc);
         vs_plain.push(roce / plain);
         enc.push(roce_enc / roce);
     }
@@ -287,7 +334,13 @@ fn throughput() {
         median(vs_plain)
     );
     // The floor of any stack that honours the ICRC: one CRC pass per side.
-    println!("  ratio roce / raw UDP +CRC: {:.2} (median of {rounds} rounds; target >= 0.8)", median(vs_crc));
+    println!(
+        "  ratio roce / raw UDP +CRC: write-bw {:.2}, read-bw {:.2}, send-bw {:.2} (medians of {rounds} rounds; \
+         target >= 0.8)",
+        median(vs_crc),
+        median(read_crc),
+        median(send_crc)
+    );
     println!("  ratio roce encrypted (AES-128-GCM) / roce: {:.2} (median of {rounds} rounds)", median(enc));
 }
 
