@@ -18,9 +18,9 @@
 //!   formed: `check` rejects `offset + n` past the end (with overflow
 //!   checked), so all pointers stay inside the memory.
 //! * Aliasing. No `&mut [u8]` to the shared bytes is ever created, and a
-//!   `&[u8]` only inside `nic_icrc` (of `NicBuf` or `PayloadRef`), for one ICRC update, never
-//!   escaping it (a NIC access like `nic_read`, under the same argument:
-//!   nothing writes the bytes while it lives); copies use
+//!   `&[u8]` only inside `PayloadRef::nic_icrc`, for one ICRC update,
+//!   never escaping it (a NIC access like `nic_read`, under the same
+//!   argument: nothing writes the bytes while it lives); copies use
 //!   `ptr::copy_nonoverlapping` between the memory and a caller's own
 //!   slice, which cannot overlap it (no reference into it may exist).
 //! * Payload left in memory. A [`PayloadRef`] names bytes of a work
@@ -567,8 +567,10 @@ impl PayloadRef {
     /// Feeds the bytes to a running ICRC: inside the engine call that made
     /// the reference (see `nic_copy`).
     pub(crate) fn nic_icrc(&self, h: &mut roce_wire::icrc::IcrcHasher) {
-        // SAFETY: as `NicBuf::nic_icrc`, within the bounds checked when the
-        // reference was made, inside the engine call that made it.
+        // SAFETY: within the bounds checked when the reference was made,
+        // inside the `&mut` engine call that made it (a NIC read, see
+        // `NicBuf`): nothing writes the bytes while the shared slice lives,
+        // and it does not outlive this update.
         h.update(unsafe { core::slice::from_raw_parts(self.as_ptr(), self.len) });
     }
 

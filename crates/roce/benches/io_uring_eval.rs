@@ -109,11 +109,14 @@ fn run(way: Way) -> f64 {
         Way::Uring | Way::UringZc => {
             let fd = types::Fd(tx.raw_fd());
             let mut ring = IoUring::new(4 * BATCH as u32).unwrap();
+            // Built once, as sendmmsg's headers are: each keeps a pointer
+            // to `data`, which is written in place and never reallocated.
+            let msgs: Vec<Box<Msg>> = (0..BATCH).map(|_| Msg::new(dst, &data)).collect();
+            let mut left = Vec::with_capacity(BATCH);
             while t0.elapsed() < dur {
                 crc_batch(&mut data, PKT, BATCH);
-                let msgs: Vec<Box<Msg>> = (0..BATCH).map(|_| Msg::new(dst, &data)).collect();
                 let mut pending = 0;
-                let mut left: Vec<usize> = (0..BATCH).collect();
+                left.extend(0..BATCH);
                 while !left.is_empty() || pending > 0 {
                     for &i in &left {
                         let p = &msgs[i].hdr as *const libc::msghdr;
@@ -122,9 +125,11 @@ fn run(way: Way) -> f64 {
                             _ => opcode::SendMsgZc::new(fd, p).build(),
                         };
                         // SAFETY: the msghdr, its name, iovec, control
-                        // buffer and the data outlive the operation: this
-                        // loop waits for every completion (and, zero-copy,
-                        // every notification) before they are dropped.
+                        // buffer and the data outlive the operation, and
+                        // the data is not written while it runs: this loop
+                        // waits for every completion (and, zero-copy, every
+                        // notification) before the next CRC pass and
+                        // before they are dropped.
                         unsafe { ring.submission().push(&e.user_data(i as u64)) }.expect("ring has room");
                         pending += 1;
                     }

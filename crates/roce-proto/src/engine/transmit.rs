@@ -100,7 +100,7 @@ impl Engine {
                 let same = next.meta == tx.meta && next.traffic_class == tx.traffic_class && next.len <= seg;
                 if !same {
                     // Not of this batch: it leaves on its own, next, whole.
-                    fill_holes(dgram, &mut self.res.holes, mark);
+                    make_whole(dgram, &mut self.res.holes, mark);
                     self.stash_buf[..next.len].copy_from_slice(&dgram[..next.len]);
                     self.stash = Some(next);
                     break;
@@ -233,7 +233,7 @@ fn truncate(holes: &mut Option<Vec<Hole>>, mark: usize) {
 
 /// Copies the memory of the holes from `mark` on into `dgram` (where they
 /// stand, counted from its start) and drops them: the datagram is whole.
-fn fill_holes(dgram: &mut [u8], holes: &mut Option<Vec<Hole>>, mark: usize) {
+fn make_whole(dgram: &mut [u8], holes: &mut Option<Vec<Hole>>, mark: usize) {
     if let Some(h) = holes {
         for hole in h.drain(mark..) {
             hole.src.nic_copy(&mut dgram[hole.at..hole.end()]);
@@ -278,7 +278,7 @@ fn finish(
     let len = match &mut qp.crypto {
         Some(c) if !cnp => {
             // Sealed in place: the payload must be in the packet.
-            fill_holes(buf, holes, mark);
+            make_whole(buf, holes, mark);
             let info = roce_wire::opcode::lookup(opcode)?;
             c.seal(buf, len, info.header_len())?
         }
